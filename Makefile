@@ -1,0 +1,55 @@
+# The project's commands. Each target installs what it needs itself:
+# uv is bootstrapped with `python3 -m pip install uv` when missing, then `uv sync`.
+SHELL := /bin/bash
+PYTHON ?= python3
+UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
+PKG := amplifier_module_context_simple
+OLDEST_CORE := 1.6.1
+OLDEST_ENV := .venv-core-$(OLDEST_CORE)
+
+.PHONY: help uv-bootstrap setup demo test test-deep test-core-oldest check bench clean
+
+help:
+	@echo "make demo              run the real-session demo (the main job)"
+	@echo "make test              run the whole default suite"
+	@echo "make test-deep         run the deep hypothesis / sweep tier"
+	@echo "make test-core-oldest  run the suite against amplifier-core $(OLDEST_CORE)"
+	@echo "make check             ruff (lint + format check), mypy --strict, flake8-async"
+	@echo "make bench             print the benchmark table"
+
+# uv itself: installed with pip into the user's Python when it is not on PATH.
+uv-bootstrap:
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 \
+	  || $(PYTHON) -m pip install --quiet uv
+
+
+setup: uv-bootstrap
+	$(UV) sync --frozen
+
+demo: setup
+	$(UV) run --frozen python examples/demo.py
+
+test: setup
+	$(UV) run --frozen python -m pytest
+
+test-deep: setup
+	HYPOTHESIS_PROFILE=deep $(UV) run --frozen python -m pytest -m "deep or not deep" --run-deep
+
+# The oldest supported kernel, in a separate environment so the lock stays on the newest.
+test-core-oldest: uv-bootstrap
+	UV_PROJECT_ENVIRONMENT=$(OLDEST_ENV) $(UV) sync --frozen
+	$(UV) pip install --quiet --python $(OLDEST_ENV)/bin/python "amplifier-core==$(OLDEST_CORE)"
+	$(OLDEST_ENV)/bin/python -c "import importlib.metadata as m; v = m.version('amplifier-core'); print('amplifier-core', v); assert v == '$(OLDEST_CORE)'"
+	$(OLDEST_ENV)/bin/python -m pytest
+
+check: setup
+	$(UV) run --frozen ruff check .
+	$(UV) run --frozen ruff format --check .
+	$(UV) run --frozen mypy
+	$(UV) run --frozen flake8 --select=ASYNC102,ASYNC110,ASYNC910,ASYNC911 $(PKG)
+
+bench: setup
+	$(UV) run --frozen python -m benchmarks
+
+clean:
+	rm -rf .venv $(OLDEST_ENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+"""Amplifier context module (placeholder during bootstrap)."""
+
+__amplifier_module_type__ = "context"
