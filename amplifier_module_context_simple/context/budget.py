@@ -1,0 +1,108 @@
+"""The effective token budget and where it came from.
+
+Priority order (the brief): an explicit ``token_budget``; ``provider.get_model_info()``;
+``provider.get_info().defaults``; ``max_tokens_fallback``. A provider window becomes
+``context_window - int(max_output_tokens * output_reserve_fraction) - 4096``. The result is
+then capped at ``max_tokens`` when one is configured (``min`` can only lower a budget).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+logger = logging.getLogger(__name__)
+
+WINDOW_SAFETY_MARGIN: Final = 4096
+
+
+def _positive_int(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return value
+
+
+def _window_from(provider: Any) -> tuple[str, int, int] | None:
+    """(source, context_window, max_output_tokens) from a provider, or None."""
+    try:
+        get_model_info = getattr(provider, "get_model_info", None)
+        if callable(get_model_info):
+            info = get_model_info()
+            if info:
+                window = _positive_int(getattr(info, "context_window", None))
+                output = _positive_int(getattr(info, "max_output_tokens", None))
+                if window and output:
+                    return "provider_model_info", window, output
+    except Exception:  # a provider bug must not break the request; fall through
+        logger.debug("context-simple: provider.get_model_info() failed", exc_info=True)
+    try:
+        get_info = getattr(provider, "get_info", None)
+        if callable(get_info):
+            defaults = getattr(get_info(), "defaults", None) or {}
+            if isinstance(defaults, Mapping):
+                window = _positive_int(defaults.get("context_window"))
+                output = _positive_int(defaults.get("max_output_tokens"))
+                if window and output:
+                    return "provider_defaults", window, output
+    except Exception:
+        logger.debug("context-simple: provider.get_info() failed", exc_info=True)
+    return None
+
+
+def derive_budget(
+    *,
+    token_budget: int | None,
+    provider: Any,
+    max_tokens: int | None,
+    max_tokens_fallback: int,
+    output_reserve_fraction: float,
+) -> dict[str, Any]:
+    """Return the budget provenance dict; ``["effective_budget"]`` is the budget.
+
+    Keys: ``source`` (``explicit | provider_model_info | provider_defaults |
+    max_tokens_fallback``), for provider sources ``context_window``, ``max_output_tokens``,
+    ``reserved_output``; always ``derived_budget``, ``max_tokens``, ``max_tokens_fallback``,
+    ``capped``, ``effective_budget``.
+
+    Raises:
+        ValueError: ``token_budget`` is given but is not a positive integer.
+    """
+    provenance: dict[str, Any]
+    if token_budget is not None:
+        explicit = _positive_int(token_budget)
+        if explicit is None:
+            raise ValueError(f"invalid token_budget={token_budget!r}: expected a positive integer")
+        provenance = {"source": "explicit"}
+        derived = explicit
+    else:
+        window = _window_from(provider) if provider is not None else None
+        if window is not None:
+            source, context_window, max_output = window
+            reserved = int(max_output * output_reserve_fraction)
+            derived = context_window - reserved - WINDOW_SAFETY_MARGIN
+            provenance = {
+                "source": source,
+                "context_window": context_window,
+                "max_output_tokens": max_output,
+                "reserved_output": reserved,
+            }
+            if derived <= 0:
+                logger.warning(
+                    "context-simple: provider window %d leaves no input budget; using fallback",
+                    context_window,
+                )
+                provenance = {"source": "max_tokens_fallback"}
+                derived = max_tokens_fallback
+        else:
+            provenance = {"source": "max_tokens_fallback"}
+            derived = max_tokens_fallback
+    capped = max_tokens is not None and derived > max_tokens
+    provenance.update(
+        derived_budget=derived,
+        max_tokens=max_tokens,
+        max_tokens_fallback=max_tokens_fallback,
+        capped=capped,
+        effective_budget=max_tokens if capped and max_tokens is not None else derived,
+    )
+    return provenance

@@ -1,0 +1,282 @@
+"""The eight-level compaction ladder, over an immutable snapshot of the working view.
+
+The same eight rungs serve both paths:
+
+====  ==========================================================================
+rung  what it does
+====  ==========================================================================
+1     truncate the oldest quarter of tool results
+2     truncate the second quarter
+3     removal pass protecting the most recent ``protected_recent`` of messages
+4     truncate the third quarter (positions recomputed on the shrunk view)
+5     removal pass protecting ``protected_recent * 0.6``
+6     truncate every unprotected tool result
+7     removal pass protecting ``protected_recent * 0.3``
+8     stub machine-written user envelopes, then drop old stubs
+====  ==========================================================================
+
+The ordinary path climbs rung by rung and stops as soon as the view fits the target; the
+negotiated path applies one rung at a time and lets each exhaust its legal work, because
+only the provider's count can say whether it was enough.
+
+What never changes: system messages (they are not in the working list), request-protected
+messages (first and latest human prompt, retained envelopes, and whatever else the caller
+protects), loaded-tool state (never removed), the last ``protected_tool_results`` results
+and, through them, their whole tool groups. A removal pass removes a tool group as one
+unit and only when every call in it has a result; user turns are never removed by a pass,
+only stubbed (rung 8 may drop a stub). Every decision is recorded by sequence id so the
+store can reapply it to later views.
+
+Nothing here awaits or touches the store: ``Ladder`` works on its own copy and reports
+what it decided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from .classify import MessageInfo
+
+Form = tuple[dict[str, Any], int]
+"""A reduced message and its token estimate."""
+
+RUNG_COUNT: Final = 8
+
+
+@dataclass(slots=True)
+class Item:
+    """One message of the working view, in its current form."""
+
+    seq: int
+    info: MessageInfo
+    message: dict[str, Any]
+    tokens: int
+    group: int
+    form: str = "full"  # "full" | "truncated" | "stubbed"
+
+
+@dataclass(frozen=True, slots=True)
+class LadderParams:
+    protected_recent: float
+    protected_tool_results: int
+
+
+@dataclass(slots=True)
+class Ladder:
+    """Mutable working state of one compaction run (local to the run).
+
+    Args:
+        items: the working view without system messages, sticky decisions applied.
+        total: tokens of the whole view including system messages.
+        target: stop when ``total <= target``; a negative target exhausts every rung.
+        protected: seqs that must stay complete (request-protected, developer, ...).
+        incomplete_groups: group ids with an unanswered call (never removable).
+        truncate: ``(item) -> Form | None``, the truncated form if it shrinks the item.
+        stub: ``(item) -> Form | None``, the stubbed form if it shrinks the item.
+    """
+
+    items: list[Item]
+    total: int
+    target: int
+    protected: frozenset[int]
+    incomplete_groups: frozenset[int]
+    params: LadderParams
+    truncate: Callable[[Item], Form | None]
+    stub: Callable[[Item], Form | None]
+    level: int = 0
+    removed: set[int] = field(default_factory=set)
+    truncated: set[int] = field(default_factory=set)
+    stubbed: set[int] = field(default_factory=set)
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.target
+
+    @property
+    def changes(self) -> int:
+        return len(self.removed) + len(self.truncated) + len(self.stubbed)
+
+    # -- drivers ---------------------------------------------------------------
+
+    def climb(self, start: int = 1) -> None:
+        """Ordinary path: apply rungs ``start..8`` in order until the view fits."""
+        for rung in range(start, RUNG_COUNT + 1):
+            if self.fits:
+                return
+            self.apply(rung)
+
+    def apply(self, rung: int) -> bool:
+        """Apply one rung; return whether it changed anything."""
+        before = self.changes
+        self.level = max(self.level, rung)
+        fraction = self.params.protected_recent
+        if rung == 1:
+            self._truncate_wave(0.0, 0.25)
+        elif rung == 2:
+            self._truncate_wave(0.25, 0.50)
+        elif rung == 3:
+            self._removal_pass(fraction)
+        elif rung == 4:
+            self._truncate_wave(0.50, 0.75)
+        elif rung == 5:
+            self._removal_pass(fraction * 0.6)
+        elif rung == 6:
+            self._truncate_wave(0.0, 1.0)
+        elif rung == 7:
+            self._removal_pass(fraction * 0.3)
+        elif rung == 8:
+            self._stub_envelopes()
+            self._drop_old_stubs(fraction * 0.3)
+        else:
+            raise ValueError(f"unknown compaction rung {rung!r}; rungs are 1..{RUNG_COUNT}")
+        return self.changes != before
+
+    # -- protection ------------------------------------------------------------
+
+    def _result_positions(self) -> list[int]:
+        return [i for i, item in enumerate(self.items) if item.info.is_result_carrier]
+
+    def _protected_results(self, positions: list[int]) -> set[int]:
+        keep = self.params.protected_tool_results
+        return set(positions[-keep:]) if keep > 0 else set()
+
+    def _human_bounds(self) -> set[int]:
+        humans = [i for i, item in enumerate(self.items) if item.info.is_human]
+        return {humans[0], humans[-1]} if humans else set()
+
+    def _protected_positions(self, fraction: float) -> set[int]:
+        items = self.items
+        recent_start = int(len(items) * (1 - fraction))
+        protected = set(range(recent_start, len(items)))
+        protected |= self._human_bounds()
+        protected |= self._protected_results(self._result_positions())
+        protected.update(
+            i
+            for i, item in enumerate(items)
+            if item.seq in self.protected or item.info.has_loaded_tool_state
+        )
+        return protected
+
+    # -- operations ------------------------------------------------------------
+
+    def _replace(self, item: Item, form: tuple[dict[str, Any], int], kind: str) -> None:
+        message, tokens = form
+        self.total += tokens - item.tokens
+        item.message, item.tokens, item.form = message, tokens, kind
+
+    def _truncate_wave(self, lo: float, hi: float) -> None:
+        positions = self._result_positions()
+        n = len(positions)
+        protected_results = self._protected_results(positions)
+        for index in positions[int(n * lo) : int(n * hi)]:
+            if self.fits:
+                return
+            item = self.items[index]
+            if index in protected_results or item.seq in self.protected or item.form != "full":
+                continue
+            form = self.truncate(item)
+            if form is not None:
+                self._replace(item, form, "truncated")
+                self.truncated.add(item.seq)
+
+    def _groups(self) -> dict[int, list[int]]:
+        groups: dict[int, list[int]] = {}
+        for index, item in enumerate(self.items):
+            if item.info.call_ids or item.info.result_ids:
+                groups.setdefault(item.group, []).append(index)
+        return groups
+
+    def _removal_pass(self, fraction: float) -> None:
+        protected = self._protected_positions(fraction)
+        groups = self._groups()
+        doomed: set[int] = set()
+        for index, item in enumerate(self.items):
+            if self.fits:
+                break
+            if index in protected or index in doomed:
+                continue
+            info = item.info
+            if info.role == "user" and not info.is_result_carrier:
+                continue  # user turns are stubbed, never removed by a pass
+            if info.call_ids or info.result_ids:
+                members = groups.get(item.group, [index])
+                if item.group in self.incomplete_groups or any(m in protected for m in members):
+                    continue
+                self._drop(members, doomed)
+            else:
+                self._drop([index], doomed)
+        self._compact(doomed)
+        self._stub_pass(fraction)
+
+    def _drop(self, indices: Iterable[int], doomed: set[int]) -> None:
+        for index in indices:
+            item = self.items[index]
+            doomed.add(index)
+            self.total -= item.tokens
+            self.removed.add(item.seq)
+            # removal supersedes an earlier reduced form of the same message
+            self.truncated.discard(item.seq)
+            self.stubbed.discard(item.seq)
+
+    def _compact(self, doomed: set[int]) -> None:
+        if doomed:
+            self.items = [item for i, item in enumerate(self.items) if i not in doomed]
+
+    def _stub_pass(self, fraction: float) -> None:
+        protected = self._protected_positions(fraction)
+        for index, item in enumerate(self.items):
+            if self.fits:
+                return
+            if index in protected or item.form != "full":
+                continue
+            if item.info.role == "user" and not item.info.is_result_carrier:
+                self._stub(item)
+
+    def _stub(self, item: Item) -> None:
+        form = self.stub(item)
+        if form is not None:
+            self._replace(item, form, "stubbed")
+            self.stubbed.add(item.seq)
+
+    def _last_user_position(self) -> int | None:
+        for index in range(len(self.items) - 1, -1, -1):
+            info = self.items[index].info
+            if info.role == "user" and not info.is_result_carrier:
+                return index
+        return None
+
+    def _stub_envelopes(self) -> None:
+        """Rung 8, first half: stub machine-written user turns that nobody retains."""
+        last_user = self._last_user_position()
+        for index, item in enumerate(self.items):
+            if self.fits:
+                return
+            info = item.info
+            if (
+                info.role != "user"
+                or info.is_human
+                or info.is_result_carrier
+                or index == last_user
+                or item.seq in self.protected
+                or item.form != "full"
+            ):
+                continue
+            self._stub(item)
+
+    def _drop_old_stubs(self, fraction: float) -> None:
+        """Rung 8, second half: drop stubs older than the narrowest recent window."""
+        boundary = int(len(self.items) * (1 - fraction))
+        keep = self._human_bounds()
+        last_user = self._last_user_position()
+        if last_user is not None:
+            keep.add(last_user)
+        doomed: set[int] = set()
+        for index in range(min(boundary, len(self.items))):
+            if self.fits:
+                break
+            item = self.items[index]
+            if item.form == "stubbed" and index not in keep and item.seq not in self.protected:
+                self._drop([index], doomed)
+        self._compact(doomed)

@@ -1,0 +1,746 @@
+"""``SimpleContextManager``: the in-memory context store and its request policy.
+
+The store keeps the canonical history (append-only between ``set_messages``/``clear``)
+and the committed sticky decisions. Every request builds a *view*: new message dicts,
+system messages first, sticky decisions reapplied, sequence ids stripped, and the tail
+compaction notice when one applies. The stored history is never rewritten.
+
+Atomicity: every state change of a request happens in one synchronous block after the
+request's last await before delivery (the *commit boundary*); events are delivered after
+it. So a request that raises before delivery starts leaves no trace (same decisions, same
+stats object, same meter stats, no event), and one whose ``context:compaction`` delivery
+has started keeps its commit even if the caller is cancelled during delivery.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Generic, Self, TypeVar
+
+import anyio.lowlevel
+
+from ..errors import RequiredContentTooLargeError, RetainedContentMissingError
+from .budget import derive_budget
+from .config import TOKEN_METER_ACTUAL, ContextConfig
+from .decisions import Decisions
+from .estimate import estimate_message
+from .forms import stubbed_form, truncated_form
+from .history import Entry, History, build_history, copy_message, validate_message
+from .ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip
+from .ladder import Form, Item, Ladder, LadderParams
+from .meter import TokenMeter
+from .notice import notice_message, tail_is_safe
+
+logger = logging.getLogger(__name__)
+
+COMPACTION_EVENT: Final = "context:compaction"
+BUDGET_EVENT: Final = "context:budget"
+_MISSING: Final = object()
+
+T = TypeVar("T")
+SystemPromptFactory = Callable[[], Awaitable[str]]
+
+
+class _Setting(Generic[T]):
+    """A configuration attribute: reads the validated config, writes re-validate it."""
+
+    name: str
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: SimpleContextManager | None, objtype: type | None = None) -> T:
+        if obj is None:
+            raise AttributeError(self.name)
+        value: T = getattr(obj._config, self.name)
+        return value
+
+    def __set__(self, obj: SimpleContextManager, value: T) -> None:
+        changes: dict[str, Any] = {self.name: value}
+        obj._config = dataclasses.replace(obj._config, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPlan:
+    """Everything one request decided before touching the view (an immutable snapshot)."""
+
+    provenance: dict[str, Any]
+    budget: int
+    effective: int
+    """The budget compaction works against: ``budget`` minus the notice reserve."""
+    factory_text: str | None
+    length: int
+    """Number of history entries the request sees."""
+    epoch: int
+    decisions: Decisions
+    protected: frozenset[int]
+    retained: bool
+    hard_fit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A rendered view and its estimate."""
+
+    messages: list[dict[str, Any]]
+    tokens: int
+    system_count: int
+    system_tokens: int
+
+
+class SimpleContextManager:
+    """In-memory conversation context with view-only, transactional compaction.
+
+    Constructor keywords are the configuration keys (see ``ContextConfig``) plus
+    ``hooks``. Invalid values raise ``ValueError`` naming the key and value, except an
+    unknown ``token_meter`` (warns, uses ``"estimate"``) and an invalid ``max_tokens``
+    (warns, no cap).
+    """
+
+    max_tokens = _Setting[int | None]()
+    max_tokens_fallback = _Setting[int]()
+    compact_threshold = _Setting[float]()
+    target_usage = _Setting[float]()
+    protected_recent = _Setting[float]()
+    protected_tool_results = _Setting[int]()
+    truncate_chars = _Setting[int]()
+    compaction_notice_enabled = _Setting[bool]()
+    compaction_notice_token_reserve = _Setting[int]()
+    compaction_notice_verbosity = _Setting[str]()
+    compaction_notice_min_level = _Setting[int]()
+    output_reserve_fraction = _Setting[float]()
+    token_meter = _Setting[str]()
+    max_tool_result_bytes = _Setting[int]()
+    count_every_rung = _Setting[bool]()
+
+    def __init__(
+        self,
+        *,
+        max_tokens: int | None = None,
+        max_tokens_fallback: int = 200_000,
+        compact_threshold: float = 0.92,
+        target_usage: float = 0.50,
+        protected_recent: float = 0.30,
+        protected_tool_results: int = 5,
+        truncate_chars: int = 250,
+        compaction_notice_enabled: bool = True,
+        compaction_notice_token_reserve: int = 800,
+        compaction_notice_verbosity: str = "normal",
+        compaction_notice_min_level: int = 1,
+        output_reserve_fraction: float = 0.5,
+        token_meter: str = "estimate",
+        max_tool_result_bytes: int = 131_072,
+        count_every_rung: bool = False,
+        hooks: Any = None,
+    ) -> None:
+        self._config = ContextConfig.from_mapping(
+            {
+                "max_tokens": max_tokens,
+                "max_tokens_fallback": max_tokens_fallback,
+                "compact_threshold": compact_threshold,
+                "target_usage": target_usage,
+                "protected_recent": protected_recent,
+                "protected_tool_results": protected_tool_results,
+                "truncate_chars": truncate_chars,
+                "compaction_notice_enabled": compaction_notice_enabled,
+                "compaction_notice_token_reserve": compaction_notice_token_reserve,
+                "compaction_notice_verbosity": compaction_notice_verbosity,
+                "compaction_notice_min_level": compaction_notice_min_level,
+                "output_reserve_fraction": output_reserve_fraction,
+                "token_meter": token_meter,
+                "max_tool_result_bytes": max_tool_result_bytes,
+                "count_every_rung": count_every_rung,
+            }
+        )
+        self.hooks = hooks
+        self._history = History()
+        self._epoch = 0
+        self._decisions = Decisions()
+        self._commit_version = 0
+        self._meter = TokenMeter()
+        self._factory: SystemPromptFactory | None = None
+        self._forms: dict[tuple[int, str, int], Form | None] = {}
+        self._floor_key: tuple[Any, ...] | None = None
+        self._last_token_meter_stats: dict[str, Any] | None = None
+        self._last_emitted_budget: dict[str, Any] | None = None
+        self._last_effective_budget: int | None = None
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None, *, hooks: Any = None) -> Self:
+        """Build a manager from a mount ``config`` dict (unknown keys warn and are ignored)."""
+        validated = ContextConfig.from_mapping(config)
+        return cls(**dataclasses.asdict(validated), hooks=hooks)
+
+    @property
+    def config(self) -> ContextConfig:
+        return self._config
+
+    # -- observability -----------------------------------------------------------
+
+    @property
+    def last_compaction_stats(self) -> dict[str, Any] | None:
+        """Stats of the committed compaction (the dict ``context:compaction`` carried)."""
+        return self._decisions.stats
+
+    @property
+    def _last_compaction_stats(self) -> dict[str, Any] | None:
+        return self._decisions.stats
+
+    @property
+    def last_token_meter_stats(self) -> dict[str, Any] | None:
+        """Meter readings of the latest request that returned."""
+        return self._last_token_meter_stats
+
+    @property
+    def _sticky_level(self) -> int:
+        return self._decisions.level
+
+    @property
+    def _removed_seqs(self) -> frozenset[int]:
+        return self._decisions.removed
+
+    @property
+    def _truncated_seqs(self) -> frozenset[int]:
+        return self._decisions.truncated
+
+    @property
+    def _stubbed_seqs(self) -> frozenset[int]:
+        return self._decisions.stubbed
+
+    @property
+    def _last_measured_prompt_tokens(self) -> int | None:
+        return self._meter.measured
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The canonical history (copies), for callers that read the attribute."""
+        return [copy_message(entry.stored) for entry in self._history.entries]
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """(history epoch, commit version): what a staged transaction must still match."""
+        return self._epoch, self._commit_version
+
+    # -- admission ------------------------------------------------------------------
+
+    async def add_message(self, message: dict[str, Any]) -> None:
+        """Admit one message (a copy; the caller's dict is never mutated).
+
+        Raises:
+            InvalidMessageError: not a dict, no string role, or malformed fields; nothing
+                is admitted.
+        """
+        validate_message(message)
+        _, clip = self._history.admit(
+            message, max_tool_result_bytes=self._config.max_tool_result_bytes, stamp_time=True
+        )
+        if clip is not None:
+            await self._report_clip(clip)
+
+    async def set_messages(self, messages: list[dict[str, Any]]) -> None:
+        """Replace the history (session resume). Sticky decisions are reset.
+
+        Sequence ids are reassigned in order; no timestamps are added. The whole batch is
+        validated first: a bad message raises ``InvalidMessageError`` naming its index and
+        the previous history stays.
+        """
+        history, clips = build_history(
+            messages, max_tool_result_bytes=self._config.max_tool_result_bytes
+        )
+        self._reset(history)
+        for clip in clips:
+            await self._report_clip(clip)
+
+    async def get_messages(self) -> list[dict[str, Any]]:
+        """The full canonical history: a new list of copies of the admitted messages."""
+        return self.messages
+
+    async def clear(self) -> None:
+        """Empty the history and the sticky decisions, and forget the meter reading."""
+        self._reset(History())
+        self._last_token_meter_stats = None
+        self._meter.reset()
+
+    def _reset(self, history: History) -> None:
+        self._history = history
+        self._epoch += 1
+        self._decisions = Decisions()
+        self._commit_version += 1
+        self._forms = {}
+        self._floor_key = None
+
+    async def _report_clip(self, clip: IngressClip) -> None:
+        delivered = await self._emit(INGRESS_EVENT, clip.payload())
+        if not delivered:
+            logger.warning(
+                "context-simple: clipped tool result %s from %d to %d UTF-8 bytes at ingress; %s",
+                clip.tool_call_id,
+                clip.original_text_utf8_bytes,
+                clip.stored_text_utf8_bytes,
+                RETRIEVAL_GUIDANCE,
+            )
+
+    # -- protocol stubs ---------------------------------------------------------------
+
+    async def should_compact(self) -> bool:
+        """Always False: compaction is view-only and happens per request."""
+        return False
+
+    async def compact(self) -> None:
+        """No-op: the stored history is never compacted."""
+
+    async def set_system_prompt_factory(self, factory: SystemPromptFactory) -> None:
+        """Use ``await factory()`` as the system prompt of every request.
+
+        Stored system messages are then left out of views, except hook-sourced ones.
+        """
+        if not callable(factory):
+            raise TypeError("set_system_prompt_factory needs an async callable")
+        self._factory = factory
+        logger.info("context-simple: system prompt factory set")
+
+    # -- the meter --------------------------------------------------------------------
+
+    async def _on_llm_response(self, event: str, data: Any) -> None:
+        """``llm:response`` listener: record the provider's reading. Returns None."""
+        self._meter.on_llm_response(data)
+
+    def claim_foreground_usage(self) -> Callable[..., bool]:
+        """Capability ``context.foreground_usage``: the orchestrator owns the meter."""
+        return self._meter.claim()
+
+    # -- requests ----------------------------------------------------------------------
+
+    async def get_messages_for_request(
+        self, token_budget: int | None = None, provider: Any | None = None
+    ) -> list[dict[str, Any]]:
+        """The view for the next provider request (the ordinary / legacy path)."""
+        return await self._request(
+            token_budget=token_budget, provider=provider, retain=(), hard_fit=False
+        )
+
+    async def get_messages_for_request_retaining(
+        self,
+        *,
+        retain_contents: Sequence[str],
+        provider: Any | None = None,
+        token_budget: int | None = None,
+        hard_fit: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Capability ``context.request_retention``: a view that keeps named reminders.
+
+        Each body in ``retain_contents`` must equal the content of an admitted persisted
+        reminder envelope; the newest such envelope is kept complete, along with the first
+        and latest human prompts. ``hard_fit=True`` targets the whole supplied budget.
+
+        Raises:
+            RetainedContentMissingError: a body is not in the admitted history.
+            RequiredContentTooLargeError: the required content cannot fit; nothing changed.
+        """
+        if isinstance(retain_contents, str) or not all(
+            isinstance(body, str) for body in retain_contents
+        ):
+            raise TypeError("retain_contents must be a list of strings")
+        if not isinstance(hard_fit, bool):
+            raise TypeError("hard_fit must be a bool")
+        return await self._request(
+            token_budget=token_budget,
+            provider=provider,
+            retain=tuple(dict.fromkeys(retain_contents)),
+            hard_fit=hard_fit,
+        )
+
+    async def _request(
+        self,
+        *,
+        token_budget: int | None,
+        provider: Any,
+        retain: tuple[str, ...],
+        hard_fit: bool,
+    ) -> list[dict[str, Any]]:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        plan = await self.plan_request(
+            token_budget=token_budget, provider=provider, retain=retain, hard_fit=hard_fit
+        )
+        # From here to the commit there is no await: the request is one synchronous step.
+        rendered = self.render(plan, plan.decisions)
+        self.check_required_floor(plan, rendered)
+        estimated = rendered.tokens
+        used = self._used_tokens(estimated)
+        staged: Decisions | None = None
+        should = plan.effective > 0 and used / plan.effective >= self._config.compact_threshold
+        if (plan.retained or hard_fit) and estimated > plan.effective:
+            should = True
+        floor_key = self._floor_key
+        if should:
+            staged, floor_key = self._compact(plan, rendered)
+        decisions = staged if staged is not None else plan.decisions
+        view = self.render(plan, decisions) if staged is not None else rendered
+        messages = self.with_notice(view.messages, decisions)
+        if plan.retained or hard_fit:
+            self.check_final_fit(plan, messages)
+        new_stats = staged is not None and staged.stats is not plan.decisions.stats
+        # -- commit boundary ----------------------------------------------------------
+        if staged is not None:
+            self.apply_decisions(staged)
+        self._floor_key = floor_key
+        self._publish_meter(estimated, plan.effective)
+        if new_stats and staged is not None and staged.stats is not None:
+            await self._emit(COMPACTION_EVENT, staged.stats)
+        await self.emit_budget(plan.provenance)
+        return messages
+
+    # -- request building blocks (also used by the negotiator) ---------------------------
+
+    async def plan_request(
+        self,
+        *,
+        token_budget: int | None,
+        provider: Any,
+        retain: Sequence[str],
+        hard_fit: bool,
+    ) -> RequestPlan:
+        """Derive the budget, await the system prompt factory, then snapshot the store.
+
+        The snapshot is taken after the factory's await, so it is current for the
+        synchronous work that follows.
+        """
+        config = self._config
+        provenance = derive_budget(
+            token_budget=token_budget,
+            provider=provider,
+            max_tokens=config.max_tokens,
+            max_tokens_fallback=config.max_tokens_fallback,
+            output_reserve_fraction=config.output_reserve_fraction,
+        )
+        budget: int = provenance["effective_budget"]
+        effective = budget
+        if config.compaction_notice_enabled:
+            effective = budget - config.compaction_notice_token_reserve
+            if effective <= 0:
+                logger.warning(
+                    "context-simple: notice reserve %d leaves no budget of %d; ignoring it",
+                    config.compaction_notice_token_reserve,
+                    budget,
+                )
+                effective = budget
+        factory_text: str | None = None
+        if self._factory is not None:
+            text = await self._factory()
+            if not isinstance(text, str):
+                raise TypeError(
+                    f"system prompt factory returned {type(text).__name__}, expected str"
+                )
+            factory_text = text
+        protected = self.request_protected(retain)
+        return RequestPlan(
+            provenance=provenance,
+            budget=budget,
+            effective=effective,
+            factory_text=factory_text,
+            length=len(self._history),
+            epoch=self._epoch,
+            decisions=self._decisions,
+            protected=protected,
+            retained=bool(retain),
+            hard_fit=hard_fit,
+        )
+
+    def request_protected(self, retain: Sequence[str]) -> frozenset[int]:
+        """Seqs every view of this request keeps complete: first/latest human, reminders."""
+        history = self._history
+        protected = {seq for seq in (history.first_human, history.last_human) if seq is not None}
+        for body in retain:
+            seq = history.latest_envelope.get(body)
+            if seq is None:
+                raise RetainedContentMissingError(
+                    "Requested retained injection is not in admitted history: no persisted "
+                    f"reminder envelope has this content ({len(body)} characters)"
+                )
+            protected.add(seq)
+        return frozenset(protected)
+
+    def render(self, plan: RequestPlan, decisions: Decisions) -> Rendered:
+        """The view for ``plan`` under ``decisions``: copies, system messages first."""
+        systems: list[dict[str, Any]] = []
+        body: list[dict[str, Any]] = []
+        system_tokens = 0
+        total = 0
+        factory = plan.factory_text is not None
+        if plan.factory_text is not None:
+            system = {"role": "system", "content": plan.factory_text}
+            systems.append(system)
+            system_tokens += estimate_message(system)
+        overrides = decisions.overrides
+        protected = plan.protected
+        entries = self._history.entries
+        for index in range(plan.length):
+            entry = entries[index]
+            public = entry.public
+            if public is None:
+                continue
+            tokens = entry.tokens
+            if entry.info.is_system:
+                if factory and not entry.info.is_hook_system:
+                    continue
+                systems.append(copy_message(public))
+                system_tokens += tokens
+                continue
+            if overrides:
+                override = overrides.get(entry.seq, _MISSING)
+                if override is not _MISSING and entry.seq not in protected:
+                    if override is None:
+                        continue
+                    public, tokens = override  # type: ignore[misc]
+            body.append(copy_message(public))
+            total += tokens
+        return Rendered(
+            messages=systems + body,
+            tokens=system_tokens + total,
+            system_count=len(systems),
+            system_tokens=system_tokens,
+        )
+
+    def check_required_floor(self, plan: RequestPlan, rendered: Rendered) -> None:
+        """Fail closed before compaction when required content alone cannot fit."""
+        if not (plan.retained or plan.hard_fit):
+            return
+        entries = self._history.entries
+        required = rendered.system_tokens + sum(
+            entries[seq].tokens for seq in plan.protected if seq < plan.length
+        )
+        if required > plan.effective:
+            raise RequiredContentTooLargeError(
+                "Context cannot fit the current injections and protected conversation "
+                f"({required:,} estimated tokens) within the budget ({plan.effective:,}); "
+                "shorten the active instructions or use a larger context window. "
+                "Required content was not discarded.",
+                budget=plan.effective,
+                required=required,
+            )
+
+    def check_final_fit(self, plan: RequestPlan, messages: Sequence[Mapping[str, Any]]) -> None:
+        total = sum(estimate_message(m) for m in messages)
+        if total > plan.budget:
+            raise RequiredContentTooLargeError(
+                "Context cannot fit the current injections and protected conversation "
+                f"within the estimated input budget ({total:,} > {plan.budget:,}); shorten "
+                "the active instructions or use a larger context window. "
+                "Required content was not discarded.",
+                budget=plan.budget,
+                required=total,
+            )
+
+    def with_notice(
+        self, messages: list[dict[str, Any]], decisions: Decisions
+    ) -> list[dict[str, Any]]:
+        """``messages`` plus the tail compaction notice when one applies."""
+        config = self._config
+        stats = decisions.stats
+        if (
+            config.compaction_notice_enabled
+            and stats is not None
+            and stats.get("strategy_level", 0) >= config.compaction_notice_min_level
+            and tail_is_safe(messages)
+        ):
+            messages.append(notice_message(stats, config.compaction_notice_verbosity))
+        return messages
+
+    def _used_tokens(self, estimated: int) -> int:
+        measured = self._meter.measured
+        if self._config.token_meter == TOKEN_METER_ACTUAL and measured is not None:
+            return measured
+        return estimated
+
+    def _publish_meter(self, estimated: int, budget: int) -> None:
+        self._last_effective_budget = budget
+        self._last_token_meter_stats = self._meter.stats(
+            mode=self._config.token_meter,
+            estimated=estimated,
+            budget=budget,
+            images_estimated=False,
+        )
+
+    # -- compaction -----------------------------------------------------------------------
+
+    def ladder_for(
+        self,
+        plan: RequestPlan,
+        decisions: Decisions,
+        *,
+        target: int,
+        extra_protected: frozenset[int],
+    ) -> Ladder:
+        """A ``Ladder`` over the working view of ``plan`` under ``decisions``."""
+        history = self._history
+        entries = history.entries
+        protected = plan.protected | extra_protected
+        overrides = decisions.overrides
+        items: list[Item] = []
+        system_tokens = 0
+        if plan.factory_text is not None:
+            system_tokens += estimate_message({"role": "system", "content": plan.factory_text})
+        for index in range(plan.length):
+            entry = entries[index]
+            if entry.public is None:
+                continue
+            if entry.info.is_system:
+                if plan.factory_text is None or entry.info.is_hook_system:
+                    system_tokens += entry.tokens
+                continue
+            seq = entry.seq
+            message, tokens, form = entry.public, entry.tokens, "full"
+            if seq not in plan.protected:
+                override = overrides.get(seq, _MISSING)
+                if override is None:
+                    continue
+                if override is not _MISSING:
+                    message, tokens = override  # type: ignore[misc]
+                    form = "truncated" if seq in decisions.truncated else "stubbed"
+            items.append(Item(seq, entry.info, message, tokens, history.group_of(seq), form))
+        incomplete = frozenset(
+            history.group_of(seq) for seq, calls in history.unanswered.items() if calls
+        )
+        config = self._config
+        return Ladder(
+            items=items,
+            total=system_tokens + sum(item.tokens for item in items),
+            target=target,
+            protected=protected,
+            incomplete_groups=incomplete,
+            params=LadderParams(config.protected_recent, config.protected_tool_results),
+            truncate=self._truncated,
+            stub=self._stubbed,
+        )
+
+    def _truncated(self, item: Item) -> Form | None:
+        key = (item.seq, "truncated", self._config.truncate_chars)
+        if key not in self._forms:
+            entry = self._entry(item.seq)
+            assert entry.public is not None
+            self._forms[key] = truncated_form(entry.public, entry.tokens, key[2])
+        return self._forms[key]
+
+    def _stubbed(self, item: Item) -> Form | None:
+        key = (item.seq, "stubbed", 0)
+        if key not in self._forms:
+            entry = self._entry(item.seq)
+            assert entry.public is not None
+            self._forms[key] = stubbed_form(entry.public, entry.tokens)
+        return self._forms[key]
+
+    def _entry(self, seq: int) -> Entry:
+        return self._history.entries[seq]
+
+    def ordinary_target(self, plan: RequestPlan) -> int:
+        if plan.hard_fit:
+            return plan.effective
+        return int(plan.effective * self._config.target_usage)
+
+    def _compact(
+        self, plan: RequestPlan, before: Rendered
+    ) -> tuple[Decisions | None, tuple[Any, ...] | None]:
+        """Run the ladder for an ordinary/retaining request.
+
+        Returns the staged decisions (None when the run changed nothing and has nothing
+        new to report) and the storm-guard key to remember (None when the view fits).
+        A floor already reported is not reported again, and a request with exactly the
+        inputs of the run that hit the floor does not run the ladder at all.
+        """
+        target = self.ordinary_target(plan)
+        key = (plan.epoch, plan.length, plan.effective, target, plan.protected)
+        if self._floor_key == key:
+            return None, key
+        ladder = self.ladder_for(plan, plan.decisions, target=target, extra_protected=frozenset())
+        ladder.climb()
+        over = not ladder.fits
+        if plan.hard_fit and over:
+            raise RequiredContentTooLargeError(
+                f"Hard-fit compaction cannot reach the budget: {ladder.total:,} estimated "
+                f"tokens remain above {target:,} after level {ladder.level}. "
+                "Required content was not discarded.",
+                budget=target,
+                required=ladder.total,
+            )
+        stats_before = plan.decisions.stats
+        reported = stats_before is not None and stats_before.get("floor_tokens") is not None
+        if ladder.changes == 0 and (not over or reported):
+            return None, key if over else None
+        staged = plan.decisions.merged(ladder)
+        stats = self.compaction_stats(plan, before, ladder, staged, target)
+        if over:
+            self._warn_floor(stats)
+        return dataclasses.replace(staged, stats=stats), key if over else None
+
+    def compaction_stats(
+        self,
+        plan: RequestPlan,
+        before: Rendered,
+        ladder: Ladder,
+        staged: Decisions,
+        target: int,
+    ) -> dict[str, Any]:
+        system_count = before.system_count
+        config = self._config
+        return {
+            "before_tokens": before.tokens,
+            "after_tokens": ladder.total,
+            "before_messages": len(before.messages),
+            "after_messages": system_count + len(ladder.items),
+            "messages_removed": len(staged.removed),
+            "messages_truncated": len(staged.truncated),
+            "user_messages_stubbed": len(staged.stubbed),
+            "system_messages_preserved": system_count,
+            "strategy_level": staged.level,
+            "budget": plan.effective,
+            "target_tokens": target,
+            "protected_recent": config.protected_recent,
+            "protected_tool_results": config.protected_tool_results,
+            "floor_tokens": ladder.total if not ladder.fits else None,
+            "changes": ladder.changes,
+        }
+
+    def _warn_floor(self, stats: Mapping[str, Any]) -> None:
+        logger.warning(
+            "context-simple: compaction finished above its target at level %d: %s tokens "
+            "remain for a target of %s (budget %s). The protected floor (system prompt, "
+            "first and latest request, retained reminders, recent tool results) is larger "
+            "than the target; this decision is kept until the history changes.",
+            stats["strategy_level"],
+            f"{stats['after_tokens']:,}",
+            f"{stats['target_tokens']:,}",
+            f"{stats['budget']:,}",
+        )
+
+    def apply_decisions(self, decisions: Decisions) -> None:
+        """Commit ``decisions`` (synchronous; the caller checked the version)."""
+        self._decisions = decisions
+        self._commit_version += 1
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def emit_budget(self, provenance: dict[str, Any]) -> None:
+        """Emit ``context:budget`` when the provenance differs from the last one emitted."""
+        if provenance == self._last_emitted_budget:
+            return
+        self._last_emitted_budget = provenance
+        await self._emit(BUDGET_EVENT, dict(provenance))
+
+    async def _emit(self, event: str, data: dict[str, Any]) -> bool:
+        """Deliver an event; a failing hook is logged, never raised. Cancellation propagates.
+
+        Returns whether a hook registry took the event.
+        """
+        hooks = self.hooks
+        emit = getattr(hooks, "emit", None)
+        if not callable(emit):
+            return False
+        try:
+            await emit(event, data)
+        except Exception:
+            logger.warning("context-simple: delivering %s failed", event, exc_info=True)
+            return False
+        return True

@@ -1,0 +1,76 @@
+"""The compaction notice: one user-role message at the tail of a compacted view.
+
+It tells the model, in our own words, that older context was reduced and how to recover
+what it needs. It is never inserted into the prefix (that would break prompt caching), is
+never a system message, and is skipped when the view ends with an unanswered tool call
+(a provider expects the results next); it reappears on the next safe request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from .classify import NOTICE_SOURCE, carried_result_ids, declared_call_ids
+
+NOTICE_OPEN: Final = f'<system-reminder source="{NOTICE_SOURCE}">'
+NOTICE_CLOSE: Final = "</system-reminder>"
+_MINIMAL: Final = (
+    "Earlier parts of this conversation were condensed to fit the context window; "
+    "some older tool output and messages are shortened or omitted."
+)
+
+
+def tail_is_safe(view: Sequence[Mapping[str, Any]]) -> bool:
+    """False when the view ends with a tool call whose results are not all present."""
+    answered: set[str] = set()
+    for message in reversed(view):
+        ids, only_results = carried_result_ids(message)
+        if only_results:
+            answered.update(ids)
+            continue
+        calls = declared_call_ids(message)
+        return all(call_id in answered for call_id in calls)
+    return True
+
+
+def notice_text(stats: Mapping[str, Any], verbosity: str) -> str:
+    """The notice body for the cumulative ``stats`` of the committed decisions."""
+    if verbosity == "minimal":
+        return f"{NOTICE_OPEN}\n{_MINIMAL}\n{NOTICE_CLOSE}"
+    level = stats.get("strategy_level", 0)
+    lines = [
+        NOTICE_OPEN,
+        "Earlier parts of this conversation were condensed to fit the context window.",
+        "",
+        (
+            f"Reduction level {level} of 8: {stats.get('messages_removed', 0)} older messages "
+            f"omitted, {stats.get('messages_truncated', 0)} tool results shortened, "
+            f"{stats.get('user_messages_stubbed', 0)} earlier messages replaced by short previews."
+        ),
+        (
+            "Kept in full: the instructions, the original request, the latest request and the "
+            f"most recent {stats.get('protected_tool_results', 0)} tool results."
+        ),
+    ]
+    if level >= 3:
+        lines.append("If you need something that is no longer visible, ask or re-read it.")
+    lines.append(
+        "To recover shortened tool output, run the tool again with narrower parameters; "
+        "do not repeat actions that change state just to see their output again."
+    )
+    if verbosity == "verbose":
+        lines.append(
+            f"(view: {stats.get('before_messages', 0)} -> {stats.get('after_messages', 0)} "
+            "messages; the full history is kept outside this request.)"
+        )
+    lines.append(NOTICE_CLOSE)
+    return "\n".join(lines)
+
+
+def notice_message(stats: Mapping[str, Any], verbosity: str) -> dict[str, Any]:
+    return {
+        "role": "user",
+        "content": notice_text(stats, verbosity),
+        "metadata": {"source": NOTICE_SOURCE, "ephemeral": True},
+    }

@@ -1,0 +1,93 @@
+"""The errors this package raises. One class per failure; each docstring says when.
+
+Fail-closed request errors subclass amplifier-core's ``ContextLengthError`` so that
+orchestrators catching the kernel's class catch ours. amplifier-core is host-provided;
+when it is not importable (a bare install used outside a host) a local stand-in with the
+same constructor is used so the module still imports and reports errors clearly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from amplifier_core.llm_errors import ContextLengthError
+except ImportError:  # pragma: no cover - amplifier-core is host-provided
+
+    class ContextLengthError(Exception):  # type: ignore[no-redef]
+        """Stand-in for ``amplifier_core.llm_errors.ContextLengthError``."""
+
+        def __init__(self, message: str, **_: Any) -> None:
+            super().__init__(message)
+
+
+__all__ = (
+    "ContextLengthError",
+    "CountContractError",
+    "InvalidMessageError",
+    "RequiredContentTooLargeError",
+    "RetainedContentMissingError",
+    "TransactionConflictError",
+    "TransactionStateError",
+)
+
+
+class InvalidMessageError(ValueError):
+    """Raised when a message offered for admission has the wrong shape.
+
+    Nothing is admitted when this is raised (for ``set_messages``: the whole batch is
+    rejected and the previous history stays).
+    """
+
+    def __init__(self, reason: str, *, index: int | None = None) -> None:
+        self.index = index
+        self.reason = reason
+        where = f"message {index}: " if index is not None else ""
+        super().__init__(f"{where}{reason}")
+
+
+class RetainedContentMissingError(ContextLengthError, ValueError):
+    """Raised when a request names a retained body that no admitted envelope carries.
+
+    Both a ``ContextLengthError`` (the brief) and a ``ValueError`` (what older callers
+    caught), so either ``except`` clause works.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
+class RequiredContentTooLargeError(ContextLengthError):
+    """Raised when protected/required content alone cannot fit the request budget.
+
+    The canonical history and every committed decision are unchanged.
+    """
+
+    def __init__(self, message: str, *, budget: int | None = None, required: int | None = None):
+        super().__init__(message)
+        self.budget = budget
+        self.required = required
+
+
+class CountContractError(TypeError):
+    """Raised when ``count_view`` or ``fit_output`` returns a malformed envelope."""
+
+
+class TransactionStateError(RuntimeError):
+    """Raised when a transaction event is illegal in the transaction's current state.
+
+    The transaction and the store are unchanged when this is raised.
+    """
+
+    def __init__(self, event: str, state: str) -> None:
+        self.event = event
+        self.state = state
+        super().__init__(f"can't {event} when state={state}")
+
+
+class TransactionConflictError(RuntimeError):
+    """Raised by the synchronous ``apply`` when the store moved since staging.
+
+    The orchestrator-facing ``commit()`` reports this as ``False`` instead; see
+    ``RequestTransaction.commit``.
+    """

@@ -1,0 +1,50 @@
+"""Test support: a real amplifier-core coordinator and an event recorder on its hooks."""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+from amplifier_core import ModuleCoordinator
+
+import amplifier_module_context_simple as module
+
+
+def make_coordinator() -> Any:
+    """A real ``ModuleCoordinator`` with its real (Rust) hook registry."""
+    session = types.SimpleNamespace(
+        session_id="test-session",
+        parent_id=None,
+        config={"session": {"orchestrator": "none", "context": "context-simple"}},
+    )
+    coordinator = ModuleCoordinator(session=session)
+    coordinator.hooks.set_default_fields(session_id=coordinator.session_id, parent_id=None)
+    return coordinator
+
+
+@dataclass
+class EventRecorder:
+    """Registers on real hooks and records ``(event, data)`` pairs as delivered."""
+
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def attach(self, hooks: Any, *names: str) -> None:
+        for name in names:
+            hooks.register(name, self._handler, priority=100, name=f"recorder-{name}")
+
+    async def _handler(self, event: str, data: dict[str, Any]) -> None:
+        self.events.append((event, data))
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        return [data for name, data in self.events if name == event]
+
+
+async def mounted(config: dict[str, Any] | None = None, *events: str) -> tuple[Any, Any, Any]:
+    """Mount the module on a real coordinator; return (coordinator, context, recorder)."""
+    coordinator = make_coordinator()
+    recorder = EventRecorder()
+    recorder.attach(coordinator.hooks, *(events or ("context:compaction", "context:budget")))
+    cleanup = await module.mount(coordinator, config or {})
+    coordinator.register_cleanup(cleanup)
+    return coordinator, coordinator.get("context"), recorder
