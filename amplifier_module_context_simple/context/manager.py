@@ -369,7 +369,7 @@ class SimpleContextManager:
         rendered = self.render(plan, plan.decisions)
         self.check_required_floor(plan, rendered)
         estimated = rendered.tokens
-        used = self._used_tokens(estimated)
+        used = self.used_tokens(estimated)
         staged: Decisions | None = None
         should = plan.effective > 0 and used / plan.effective >= self._config.compact_threshold
         if (plan.retained or hard_fit) and estimated > plan.effective:
@@ -549,11 +549,23 @@ class SimpleContextManager:
             messages.append(notice_message(stats, config.compaction_notice_verbosity))
         return messages
 
-    def _used_tokens(self, estimated: int) -> int:
+    def used_tokens(self, estimated: int) -> int:
+        """The figure the trigger compares: the meter's reading in actual mode, if any."""
         measured = self._meter.measured
         if self._config.token_meter == TOKEN_METER_ACTUAL and measured is not None:
             return measured
         return estimated
+
+    def developer_seqs(self, plan: RequestPlan) -> frozenset[int]:
+        """Seqs of developer messages (protected on the negotiated path only)."""
+        entries = self._history.entries
+        return frozenset(e.seq for e in entries[: plan.length] if e.info.is_developer)
+
+    def publish_measured(self, estimated: int, budget: int, measured: int | None) -> None:
+        """Refresh the meter stats at the return boundary of a negotiated request."""
+        self._publish_meter(estimated, budget)
+        assert self._last_token_meter_stats is not None
+        self._last_token_meter_stats["provider_count"] = measured
 
     def _publish_meter(self, estimated: int, budget: int) -> None:
         self._last_effective_budget = budget
@@ -720,7 +732,46 @@ class SimpleContextManager:
         self._decisions = decisions
         self._commit_version += 1
 
+    # -- the negotiated path --------------------------------------------------------------
+
+    async def get_measured_request_view(
+        self,
+        *,
+        provider: Any,
+        retain_contents: Sequence[str],
+        count_view: Callable[[list[dict[str, Any]]], Awaitable[Any]],
+        fit_output: Callable[[list[dict[str, Any]], Any], Awaitable[Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Capability ``context.measured_request_view`` (``token_meter: "actual"`` only).
+
+        The orchestrator's ``count_view(view)`` builds and counts the complete request and
+        returns ``{"dispatch", "budget_decision"}``. Returns the result envelope
+        ``{base_view, final_attempt, outcome, measured_before, measured_after,
+        policy_budget, trigger, target, count_calls, transaction}``; ``outcome`` is one of
+        ``not_needed | target_reached | protected_floor | reduced_output |
+        measurement_unavailable``. Commit the ``transaction`` (when not None) immediately
+        before dispatch, or roll it back.
+
+        Raises:
+            RuntimeError: the manager is not in ``token_meter: "actual"`` mode.
+            CountContractError: ``count_view``/``fit_output`` returned a malformed envelope.
+            ContextLengthError: the request cannot fit; nothing staged is kept.
+        """
+        from ..negotiator.driver import negotiate
+
+        return await negotiate(
+            self,
+            provider=provider,
+            retain_contents=retain_contents,
+            count_view=count_view,
+            fit_output=fit_output,
+        )
+
     # -- events -----------------------------------------------------------------------------
+
+    async def deliver_compaction(self, stats: dict[str, Any]) -> None:
+        """Deliver ``context:compaction`` for a committed decision."""
+        await self._emit(COMPACTION_EVENT, stats)
 
     async def emit_budget(self, provenance: dict[str, Any]) -> None:
         """Emit ``context:budget`` when the provenance differs from the last one emitted."""
