@@ -38,6 +38,21 @@ class Entry:
     None when the message never reaches a view (reference-only row, orphan result)."""
     info: MessageInfo
     tokens: int
+    kind: int
+    """How views use it: ``SKIP``, ``BODY``, ``SYSTEM`` or ``HOOK_SYSTEM``."""
+    has_metadata: bool
+    """Whether the public form has a metadata dict (views copy it)."""
+
+
+SKIP, BODY, SYSTEM, HOOK_SYSTEM = range(4)
+
+
+def _kind(info: MessageInfo, public: Mapping[str, Any] | None) -> int:
+    if public is None:
+        return SKIP
+    if info.is_hook_system:
+        return HOOK_SYSTEM
+    return SYSTEM if info.is_system else BODY
 
 
 def utc_timestamp() -> str:
@@ -75,9 +90,15 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
     return message
 
 
-def public_form(stored: Mapping[str, Any], drop_results: frozenset[str]) -> dict[str, Any]:
-    """The provider-facing form of a stored message, built once at admission."""
-    message = dict(stored)
+def public_form(admitted: Mapping[str, Any], drop_results: frozenset[str]) -> dict[str, Any]:
+    """The provider-facing form of a message, built once at admission.
+
+    It is the message as the caller gave it (after the ingress cap): our bookkeeping
+    (the sequence id, the timestamp we stamp) stays in the stored history only, and the
+    history-only ``amplifier_public_*`` keys are dropped. A message that came without
+    metadata has none in its views, so building a view copies one dict per message.
+    """
+    message = dict(admitted)
     metadata = message.get("metadata")
     if isinstance(metadata, Mapping):
         message["metadata"] = {
@@ -86,7 +107,7 @@ def public_form(stored: Mapping[str, Any], drop_results: frozenset[str]) -> dict
     if drop_results:
         message["content"] = [
             block
-            for block in stored["content"]
+            for block in admitted["content"]
             if (block_field(block, "tool_use_id") or block_field(block, "tool_call_id"))
             not in drop_results
         ]
@@ -98,7 +119,7 @@ def copy_message(message: Mapping[str, Any]) -> dict[str, Any]:
     copied = dict(message)
     metadata = copied.get("metadata")
     if isinstance(metadata, dict):
-        copied["metadata"] = dict(metadata)
+        copied["metadata"] = metadata.copy()
     return copied
 
 
@@ -149,12 +170,12 @@ class History:
             orphans and info.is_result_carrier and len(orphans) == len(info.result_ids)
         ):
             public = None
-        elif orphans and isinstance(stored.get("content"), list):
-            public = public_form(stored, orphans)
+        elif orphans and isinstance(capped.get("content"), list):
+            public = public_form(capped, orphans)
         elif orphans:
             public = None  # a ``tool`` message answering nothing
         else:
-            public = public_form(stored, frozenset())
+            public = public_form(capped, frozenset())
         tokens = estimate_message(public) if public is not None else 0
         if public is not None and info.is_human:
             if self.first_human is None:
@@ -162,7 +183,15 @@ class History:
             self.last_human = seq
         if public is not None and info.is_envelope:
             self.latest_envelope[stored["content"]] = seq
-        entry = Entry(seq=seq, stored=stored, public=public, info=info, tokens=tokens)
+        entry = Entry(
+            seq=seq,
+            stored=stored,
+            public=public,
+            info=info,
+            tokens=tokens,
+            kind=_kind(info, public),
+            has_metadata=public is not None and isinstance(public.get("metadata"), dict),
+        )
         self.entries.append(entry)
         self.next_seq = seq + 1
         return entry, clip

@@ -28,7 +28,16 @@ from .config import TOKEN_METER_ACTUAL, ContextConfig
 from .decisions import Decisions
 from .estimate import estimate_message
 from .forms import stubbed_form, truncated_form
-from .history import Entry, History, build_history, copy_message, validate_message
+from .history import (
+    BODY,
+    HOOK_SYSTEM,
+    SYSTEM,
+    Entry,
+    History,
+    build_history,
+    copy_message,
+    validate_message,
+)
 from .ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip
 from .ladder import Form, Item, Ladder, LadderParams
 from .meter import TokenMeter
@@ -464,7 +473,11 @@ class SimpleContextManager:
         return frozenset(protected)
 
     def render(self, plan: RequestPlan, decisions: Decisions) -> Rendered:
-        """The view for ``plan`` under ``decisions``: copies, system messages first."""
+        """The view for ``plan`` under ``decisions``: copies, system messages first.
+
+        This is the per-request hot path: one pass, one dict copy per message (plus its
+        metadata dict when it has one), no re-estimation.
+        """
         systems: list[dict[str, Any]] = []
         body: list[dict[str, Any]] = []
         system_tokens = 0
@@ -476,29 +489,29 @@ class SimpleContextManager:
             system_tokens += estimate_message(system)
         overrides = decisions.overrides
         protected = plan.protected
-        entries = self._history.entries
-        for index in range(plan.length):
-            entry = entries[index]
-            public = entry.public
-            if public is None:
-                continue
-            tokens = entry.tokens
-            if entry.info.is_system:
-                if factory and not entry.info.is_hook_system:
-                    continue
-                systems.append(copy_message(public))
-                system_tokens += tokens
-                continue
-            if overrides:
-                override = overrides.get(entry.seq, _MISSING)
-                if override is not _MISSING and entry.seq not in protected:
+        append = body.append
+        for entry in self._history.entries[: plan.length]:
+            kind = entry.kind
+            if kind == BODY:
+                public = entry.public
+                tokens = entry.tokens
+                has_metadata = entry.has_metadata
+                if overrides and entry.seq in overrides and entry.seq not in protected:
+                    override = overrides[entry.seq]
                     if override is None:
                         continue
-                    public, tokens = override  # type: ignore[misc]
-            body.append(copy_message(public))
-            total += tokens
+                    public, tokens = override
+                    has_metadata = True
+                copied = public.copy()  # type: ignore[union-attr]
+                if has_metadata:
+                    copied["metadata"] = copied["metadata"].copy()
+                append(copied)
+                total += tokens
+            elif (kind == SYSTEM and not factory) or kind == HOOK_SYSTEM:
+                systems.append(copy_message(entry.public))  # type: ignore[arg-type]
+                system_tokens += entry.tokens
         return Rendered(
-            messages=systems + body,
+            messages=systems + body if systems else body,
             tokens=system_tokens + total,
             system_count=len(systems),
             system_tokens=system_tokens,
