@@ -1,0 +1,433 @@
+"""The real-session demo (``make demo``): one long conversation, three request paths.
+
+Runs the scripted conversation of ``conversation.py`` through a real
+``amplifier_core.AmplifierSession`` three times, with ``context-simple`` as the context,
+``provider-window`` (a hard 32k window counted with the real o200k BPE) as the provider
+and ``loop-negotiating`` as the orchestrator:
+
+1. ``legacy``   - estimate-mode context, ``get_messages_for_request`` only;
+2. ``measured`` - ``token_meter: "actual"``, the negotiated provider-count path;
+3. ``hardfit``  - the retention capability, with a provider-directed hard-fit retry.
+
+For each run it prints a table of the requests where something happened (plus every Nth),
+a summary row, and writes ``out/demo-<run>.png`` (context occupancy over requests) and
+``out/demo-<run>.json`` (every row). Exit code 0 only when no run hit an unhandled
+provider overflow (or a session error).
+
+The example modules are found through their entry points when installed (the ``demo``
+dependency group) and otherwise through ``sys.path`` (their directories are added here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = Path(__file__).resolve().parent
+ROOT = EXAMPLES.parent
+for _path in (EXAMPLES, EXAMPLES / "provider-window", EXAMPLES / "loop-negotiating"):
+    if str(_path) not in sys.path:
+        sys.path.append(str(_path))
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from amplifier_core import AmplifierSession
+from conversation import (
+    SCRIPT_CAPABILITY,
+    SYSTEM_PROMPT,
+    Conversation,
+    build_conversation,
+)
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+MEASURED_CAPABILITY = "context.measured_request_view"
+
+
+STALE_WINDOW = 40_000
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One of the three runs: the loop mode, the context's token meter, and whether the
+    provider advertises a stale (larger) window than the one it enforces."""
+
+    key: str
+    title: str
+    mode: str
+    token_meter: str
+    stale_window: bool = False
+
+
+RUNS = (
+    RunSpec("legacy", "legacy estimate mode", "legacy", "estimate"),
+    RunSpec("measured", "measured negotiation", "measured", "actual"),
+    RunSpec("hardfit", "hard-fit retry", "hardfit", "estimate", stale_window=True),
+)
+
+
+@dataclass
+class RunResult:
+    """What one run produced."""
+
+    spec: RunSpec
+    rows: list[Any] = field(default_factory=list)
+    seconds: float = 0.0
+    turns: int = 0
+    failed_turns: int = 0
+    session_errors: list[str] = field(default_factory=list)
+    overflow_errors: int = 0
+    unhandled: int = 0
+    recovered: int = 0
+    context_failures: int = 0
+    count_calls: int = 0
+    compactions: int = 0
+    degraded: str | None = None
+    plot: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        """No unhandled provider overflow and no session error."""
+        return self.unhandled == 0 and not self.session_errors
+
+
+def mount_plan(spec: RunSpec, provider_config: dict[str, Any]) -> dict[str, Any]:
+    """The AmplifierSession mount plan for ``spec``."""
+    return {
+        "session": {"orchestrator": "loop-negotiating", "context": "context-simple"},
+        "orchestrator": {"config": {"mode": spec.mode}},
+        "context": {"config": {"token_meter": spec.token_meter}},
+        "providers": [{"module": "provider-window", "config": dict(provider_config)}],
+    }
+
+
+async def run_conversation(
+    spec: RunSpec, conversation: Conversation, provider_config: dict[str, Any]
+) -> RunResult:
+    """Replay ``conversation`` through a real session configured for ``spec``."""
+    result = RunResult(spec)
+    session = AmplifierSession(mount_plan(spec, provider_config))
+    session.coordinator.register_capability(SCRIPT_CAPABILITY, conversation)
+    await session.initialize()
+    try:
+        context = session.coordinator.get("context")
+        await context.add_message({"role": "system", "content": SYSTEM_PROMPT})
+        started = time.perf_counter()
+        for turn in conversation.turns:
+            try:
+                answer = await session.execute(turn.prompt)
+            except RuntimeError as exc:
+                result.session_errors.append(f"turn {turn.number}: {exc}")
+                continue
+            result.turns += 1
+            result.failed_turns += str(answer).startswith("[turn ")
+        result.seconds = time.perf_counter() - started
+        collect(result, session)
+    finally:
+        await session.cleanup()
+    return result
+
+
+def collect(result: RunResult, session: Any) -> None:
+    """Copy the orchestrator's rows and the provider's counters into ``result``."""
+    loop = session.coordinator.get("orchestrator")
+    provider = next(iter(session.coordinator.get("providers").values()))
+    result.rows = list(loop.rows)
+    result.unhandled = loop.unhandled_overflows
+    result.recovered = loop.recovered_overflows
+    result.context_failures = loop.context_failures
+    result.degraded = loop.degraded
+    result.compactions = loop.events.total.get("context:compaction", 0)
+    result.overflow_errors = provider.stats.overflow_errors
+    result.count_calls = provider.stats.count_calls
+    capability = session.coordinator.get_capability(MEASURED_CAPABILITY)
+    if result.spec.mode == "measured" and result.degraded is None and capability is None:
+        result.degraded = f"capability {MEASURED_CAPABILITY!r} is missing"
+
+
+# -- tables ----------------------------------------------------------------------------
+
+
+def is_notable(row: Any) -> bool:
+    """A row where the context or the provider did something worth showing."""
+    quiet = row.outcome in ("-", "not_needed") or row.outcome.startswith("level")
+    return bool(row.compactions or row.overflow or not quiet)
+
+
+def select_rows(rows: Sequence[Any], every: int, limit: int) -> list[Any]:
+    """Notable rows (thinned evenly to ``limit``), every ``every``-th row, first and last."""
+    notable = [row for row in rows if is_notable(row)]
+    if len(notable) > limit:
+        step = len(notable) / limit
+        notable = [notable[int(index * step)] for index in range(limit)]
+    chosen = {row.number: row for row in notable}
+    for row in rows:
+        if row.number % every == 0 or row.number in (1, len(rows)):
+            chosen.setdefault(row.number, row)
+    return [chosen[number] for number in sorted(chosen)]
+
+
+def outcome_cell(row: Any) -> str:
+    """Outcome/level text, with overflow markers coloured."""
+    text = str(row.outcome)
+    if row.level is not None and not text.startswith("level"):
+        text += f" (L{row.level})"
+    rejected = f"{row.rejected_tokens:,}" if row.rejected_tokens is not None else "?"
+    if row.overflow == "recovered":
+        text += f" [yellow]{rejected} rejected → hard-fit ok[/]"
+    elif row.overflow == "unhandled":
+        text += f" [bold red]OVERFLOW {rejected}[/]"
+    elif row.overflow == "context":
+        text += " [red]context fail-closed[/]"
+    return text
+
+
+def request_table(result: RunResult, every: int, limit: int) -> Table:
+    """The per-request table of one run."""
+    shown = select_rows(result.rows, every, limit)
+    table = Table(
+        title=f"{result.spec.title}: {len(shown)} of {len(result.rows)} requests "
+        f"(notable + every {every}th)",
+        title_justify="left",
+    )
+    for name in ("req", "turn", "history", "view", "window", "outcome / level", "counts"):
+        table.add_column(name, justify="right" if name != "outcome / level" else "left")
+    table.add_column("events", overflow="fold")
+    for row in shown:
+        view = "-" if row.view_tokens is None else f"{row.view_tokens:,}"
+        table.add_row(
+            str(row.number),
+            str(row.turn),
+            f"{row.history_tokens:,}",
+            view,
+            f"{row.window:,}",
+            outcome_cell(row),
+            str(row.count_calls),
+            escape(", ".join(row.events))
+            or ("" if not row.note else f"[dim]{escape(row.note)}[/]"),
+        )
+    return table
+
+
+def summary_table(results: Sequence[RunResult]) -> Table:
+    """One summary row per run."""
+    table = Table(title="summary", title_justify="left")
+    columns = (
+        "run", "requests", "turns ok", "compaction boundaries", "provider overflows",
+        "recovered", "unhandled", "context fail-closed", "provider counts", "peak view",
+        "seconds",
+    )  # fmt: skip
+    for name in columns:
+        table.add_column(name, justify="left" if name == "run" else "right")
+    for result in results:
+        peak = max((row.view_tokens or 0 for row in result.rows), default=0)
+        unhandled = f"[bold red]{result.unhandled}[/]" if result.unhandled else "0"
+        table.add_row(
+            result.spec.key,
+            str(len(result.rows)),
+            f"{result.turns - result.failed_turns}/{result.turns + len(result.session_errors)}",
+            str(result.compactions),
+            str(result.overflow_errors),
+            str(result.recovered),
+            unhandled,
+            str(result.context_failures),
+            str(result.count_calls),
+            f"{peak:,}",
+            f"{result.seconds:.1f}",
+        )
+    return table
+
+
+# -- plots and files -------------------------------------------------------------------
+
+
+def plot_run(result: RunResult, path: Path) -> Path:
+    """Context occupancy over requests: history vs view vs window, boundaries marked."""
+    rows = result.rows
+    numbers = [row.number for row in rows]
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+    top.plot(numbers, [row.history_tokens for row in rows], color="tab:gray", label="history")
+    top.set_ylabel("history tokens (o200k)")
+    top.legend(loc="upper left")
+    views = [row.view_tokens if row.view_tokens is not None else float("nan") for row in rows]
+    bottom.plot(numbers, views, color="tab:blue", label="view sent")
+    bottom.plot(numbers, [row.window for row in rows], color="black", label="window")
+    limits = [row.input_limit or float("nan") for row in rows]
+    bottom.plot(numbers, limits, color="black", linestyle="--", label="input limit")
+    for index, row in enumerate(rows):
+        if row.compactions:
+            label = "compaction" if index == _first(rows, "compactions") else None
+            bottom.axvline(row.number, color="tab:orange", alpha=0.35, linewidth=1, label=label)
+    _mark(bottom, rows, "unhandled", "red", "unhandled overflow")
+    _mark(bottom, rows, "recovered", "goldenrod", "rejected, then hard-fit ok")
+    _mark(bottom, rows, "context", "purple", "context fail-closed")
+    bottom.set_ylabel("tokens")
+    bottom.set_xlabel("provider request")
+    bottom.set_ylim(0, max(rows[0].window if rows else 1, 1) * 1.1)
+    bottom.legend(loc="lower right", fontsize="small")
+    figure.suptitle(f"context-simple demo: {result.spec.title}")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def _first(rows: Sequence[Any], attribute: str) -> int:
+    return next((i for i, row in enumerate(rows) if getattr(row, attribute)), -1)
+
+
+def _mark(axes: Any, rows: Sequence[Any], overflow: str, colour: str, label: str) -> None:
+    hits = [row for row in rows if row.overflow == overflow]
+    if hits:
+        axes.scatter(
+            [row.number for row in hits],
+            [row.rejected_tokens or row.view_tokens or 0 for row in hits],
+            color=colour,
+            marker="x",
+            zorder=3,
+            label=label,
+        )
+
+
+def write_rows(result: RunResult, path: Path) -> None:
+    """Every row of the run as JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([row.as_dict() for row in result.rows], indent=1))
+
+
+# -- main ------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Command-line options (all have demo defaults)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=160)
+    parser.add_argument("--window", type=int, default=32_000)
+    parser.add_argument("--max-output", type=int, default=4_000)
+    parser.add_argument(
+        "--stale-window",
+        type=int,
+        default=STALE_WINDOW,
+        help="window the provider advertises in the hard-fit run (0: the real one)",
+    )
+    parser.add_argument("--runs", default=",".join(spec.key for spec in RUNS))
+    parser.add_argument("--every", type=int, default=25, help="also show every Nth request")
+    parser.add_argument("--limit", type=int, default=30, help="at most this many notable rows")
+    parser.add_argument("--out", type=Path, default=ROOT / "out")
+    return parser.parse_args(list(argv))
+
+
+async def main(argv: Sequence[str]) -> int:
+    """Run the selected runs; return the process exit code."""
+    options = parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    conversation = build_conversation(options.turns)
+    stats = conversation.stats()
+    console.print(
+        f"[bold]conversation[/]: {stats.turns} turns, {stats.tool_calls} tool calls "
+        f"({stats.anthropic_calls} Anthropic-style), tool output bytes {stats.output_bytes}"
+    )
+    wanted = set(options.runs.split(","))
+    results: list[RunResult] = []
+    for spec in RUNS:
+        if spec.key not in wanted:
+            continue
+        with captured_warnings() as tally:
+            result = await run_conversation(spec, conversation, provider_config(spec, options))
+        report_run(console, result, options, tally)
+        results.append(result)
+    console.print(summary_table(results))
+    failed = [result.spec.key for result in results if not result.ok]
+    verdict = "[bold red]FAILED[/]: " + ", ".join(failed) if failed else "[bold green]ok[/]"
+    console.print(f"verdict: {verdict} (unhandled provider overflows / session errors)")
+    return 1 if failed else 0
+
+
+def provider_config(spec: RunSpec, options: argparse.Namespace) -> dict[str, Any]:
+    """The provider's config for ``spec``: the real window, maybe a stale advertised one."""
+    config: dict[str, Any] = {
+        "context_window": options.window,
+        "max_output_tokens": options.max_output,
+    }
+    if spec.stale_window and options.stale_window:
+        config["advertised_context_window"] = options.stale_window
+    return config
+
+
+class WarningTally(logging.Handler):
+    """Collects WARNING+ log records during a run instead of printing each one."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def lines(self) -> list[str]:
+        """One line per logger: how many warnings, and the first message."""
+        by_logger: dict[str, list[logging.LogRecord]] = {}
+        for record in self.records:
+            by_logger.setdefault(record.name, []).append(record)
+        return [
+            f"{name}: {len(records)} warning(s); first: {records[0].getMessage()[:160]}"
+            for name, records in by_logger.items()
+        ]
+
+
+@contextlib.contextmanager
+def captured_warnings() -> Iterator[WarningTally]:
+    """Route WARNING+ records to a tally for the duration of the block."""
+    tally = WarningTally()
+    root = logging.getLogger()
+    root.addHandler(tally)
+    try:
+        yield tally
+    finally:
+        root.removeHandler(tally)
+
+
+def report_run(
+    console: Console, result: RunResult, options: argparse.Namespace, tally: WarningTally
+) -> None:
+    """Print one run's table and notices; write its plot and rows."""
+    stale = ""
+    if result.spec.stale_window and options.stale_window:
+        stale = f", provider advertises {options.stale_window:,} but enforces {options.window:,}"
+    console.rule(
+        f"[bold]{result.spec.title}[/] (mode={result.spec.mode}, "
+        f"token_meter={result.spec.token_meter}{stale})"
+    )
+    for line in tally.lines():
+        console.print(f"[dim]log[/] {escape(line)}")
+    if result.degraded:
+        console.print(
+            f"[bold yellow]measured path unavailable[/]: {result.degraded}; "
+            "this run used the legacy getter instead."
+        )
+    for error in result.session_errors[:5]:
+        console.print(f"[bold red]session error[/] {escape(error)}")
+    console.print(request_table(result, options.every, options.limit))
+    result.plot = plot_run(result, options.out / f"demo-{result.spec.key}.png")
+    write_rows(result, options.out / f"demo-{result.spec.key}.json")
+    console.print(f"plot: {result.plot}  rows: {options.out / f'demo-{result.spec.key}.json'}")
+
+
+if __name__ == "__main__":
+    exit_code = asyncio.run(main(sys.argv[1:]))
+    gc.collect()
+    sys.exit(exit_code)
