@@ -62,6 +62,21 @@ def block_field(block: object, key: str) -> Any:
     return getattr(block, key, None)
 
 
+def block_type(block: object) -> str | None:
+    """A content block's ``type`` when it is a string (junk types read as None)."""
+    value = block_field(block, "type")
+    return value if isinstance(value, str) else None
+
+
+def block_id(block: object, *keys: str) -> str | None:
+    """The first non-empty string among ``keys`` of a block (junk ids read as None)."""
+    for key in keys:
+        value = block_field(block, key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def metadata_of(message: Mapping[str, Any]) -> Mapping[str, Any]:
     metadata = message.get("metadata")
     return metadata if isinstance(metadata, Mapping) else {}
@@ -75,15 +90,15 @@ def declared_call_ids(message: Mapping[str, Any]) -> tuple[str, ...]:
     calls = message.get("tool_calls")
     if isinstance(calls, list):
         for call in calls:
-            call_id = block_field(call, "id") or block_field(call, "tool_call_id")
-            if isinstance(call_id, str) and call_id:
+            call_id = block_id(call, "id", "tool_call_id")
+            if call_id is not None:
                 ids.append(call_id)
     content = message.get("content")
     if isinstance(content, list):
         for block in content:
-            if block_field(block, "type") in _CALL_BLOCK_TYPES:
-                call_id = block_field(block, "id")
-                if isinstance(call_id, str) and call_id:
+            if block_type(block) in _CALL_BLOCK_TYPES:
+                call_id = block_id(block, "id")
+                if call_id is not None:
                     ids.append(call_id)
     return tuple(dict.fromkeys(ids))
 
@@ -100,9 +115,9 @@ def carried_result_ids(message: Mapping[str, Any]) -> tuple[tuple[str, ...], boo
     ids: list[str] = []
     only_results = True
     for block in content:
-        if block_field(block, "type") in _RESULT_BLOCK_TYPES:
-            call_id = block_field(block, "tool_use_id") or block_field(block, "tool_call_id")
-            if isinstance(call_id, str) and call_id:
+        if block_type(block) in _RESULT_BLOCK_TYPES:
+            call_id = block_id(block, "tool_use_id", "tool_call_id")
+            if call_id is not None:
                 ids.append(call_id)
         else:
             only_results = False

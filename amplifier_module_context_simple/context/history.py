@@ -18,7 +18,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import InvalidMessageError
-from .classify import PUBLIC_METADATA_KEYS, MessageInfo, block_field, classify
+from .classify import (
+    PUBLIC_METADATA_KEYS,
+    MessageInfo,
+    block_field,
+    block_id,
+    block_type,
+    classify,
+)
 from .estimate import estimate_message
 from .ingress import IngressClip, cap_tool_result
 
@@ -87,7 +94,29 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
         isinstance(calls, list) and all(isinstance(c, Mapping) for c in calls)
     ):
         raise InvalidMessageError("'tool_calls' must be a list of dicts when present", index=index)
+    for call in calls or ():
+        for key in ("id", "tool_call_id"):
+            if call.get(key) is not None and not isinstance(call.get(key), str):
+                raise InvalidMessageError(f"tool call {key!r} must be a string", index=index)
+    if isinstance(content, list):
+        for position, block in enumerate(content):
+            _validate_block(block, position, index)
     return message
+
+
+def _validate_block(block: object, position: int, index: int | None) -> None:
+    """A block's ``type`` and tool ids, when present, are strings (unknown blocks pass)."""
+    kind = block_field(block, "type")
+    if kind is not None and not isinstance(kind, str):
+        raise InvalidMessageError(
+            f"content block {position}: 'type' must be a string, got {kind!r}", index=index
+        )
+    for key in ("id", "tool_use_id", "tool_call_id"):
+        value = block_field(block, key)
+        if value is not None and not isinstance(value, str):
+            raise InvalidMessageError(
+                f"content block {position}: {key!r} must be a string, got {value!r}", index=index
+            )
 
 
 def public_form(admitted: Mapping[str, Any], drop_results: frozenset[str]) -> dict[str, Any]:
@@ -108,8 +137,8 @@ def public_form(admitted: Mapping[str, Any], drop_results: frozenset[str]) -> di
         message["content"] = [
             block
             for block in admitted["content"]
-            if (block_field(block, "tool_use_id") or block_field(block, "tool_call_id"))
-            not in drop_results
+            if block_type(block) != "tool_result"
+            or block_id(block, "tool_use_id", "tool_call_id") not in drop_results
         ]
     return message
 
@@ -165,7 +194,8 @@ class History:
         metadata[SEQ_KEY] = seq
         stored = {**capped, "metadata": metadata}
         info = classify(stored)
-        orphans = self._link(seq, info)
+        # Everything that can fail happens before the first mutation of the history.
+        orphans = frozenset(i for i in info.result_ids if i not in self._call_owner)
         if info.reference_only or (
             orphans and info.is_result_carrier and len(orphans) == len(info.result_ids)
         ):
@@ -177,6 +207,7 @@ class History:
         else:
             public = public_form(capped, frozenset())
         tokens = estimate_message(public) if public is not None else 0
+        self._link(seq, info)
         if public is not None and info.is_human:
             if self.first_human is None:
                 self.first_human = seq
@@ -196,21 +227,17 @@ class History:
         self.next_seq = seq + 1
         return entry, clip
 
-    def _link(self, seq: int, info: MessageInfo) -> frozenset[str]:
-        """Attach results to their calls; return the result ids that answer nothing."""
-        orphans: set[str] = set()
+    def _link(self, seq: int, info: MessageInfo) -> None:
+        """Attach results to their calls (orphan results stay unlinked)."""
         for call_id in info.result_ids:
             owner = self._call_owner.get(call_id)
-            if owner is None:
-                orphans.add(call_id)
-                continue
-            self._union(owner, seq)
-            self.unanswered.get(owner, set()).discard(call_id)
+            if owner is not None:
+                self._union(owner, seq)
+                self.unanswered.get(owner, set()).discard(call_id)
         if info.call_ids:
             for call_id in info.call_ids:
                 self._call_owner[call_id] = seq
             self.unanswered[seq] = set(info.call_ids)
-        return frozenset(orphans)
 
     def _union(self, a: int, b: int) -> None:
         ra, rb = self.group_of(a), self.group_of(b)

@@ -1,0 +1,514 @@
+"""The tool-result ingress cap (CONTRACT 5, REFERENCE 9 and tests 18-30)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+import pytest
+from amplifier_core import TextBlock
+from hypothesis import given
+from hypothesis import strategies as st
+
+from amplifier_module_context_simple import SimpleContextManager
+from amplifier_module_context_simple.context import config as config_module
+from amplifier_module_context_simple.context.ingress import cap_tool_result, marker
+from tests.support import mounted
+
+CAP = 131_072
+EVENT = "context:tool_result_ingress_truncated"
+MARKER_PREFIX = "[tool-result truncated at ingress:"
+# The brief's retrieval sentence, verbatim.
+GUIDANCE = (
+    "retrieve missing content using narrower read/query parameters; "
+    "do not repeat state-changing actions just to recover output."
+)
+KERNEL_FIELDS = {"session_id", "parent_id", "timestamp"}
+PAYLOAD_KEYS = {
+    "tool_name",
+    "tool_call_id",
+    "original_text_utf8_bytes",
+    "stored_text_utf8_bytes",
+    "max_tool_result_bytes",
+    "content_kind",
+}
+LOGGER = "amplifier_module_context_simple"
+asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
+
+
+class RecordingHooks:
+    """A plain hook stand-in recording every emitted event."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    async def emit(self, event: str, data: dict[str, Any]) -> None:
+        self.events.append((event, data))
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        return [data for name, data in self.events if name == event]
+
+
+class RaisingHooks:
+    async def emit(self, event: str, data: dict[str, Any]) -> None:
+        raise RuntimeError("hook bus down")
+
+
+def utf8(text: str) -> int:
+    return len(text.encode("utf-8", errors="replace"))
+
+
+def text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content:
+        if isinstance(block, TextBlock):
+            parts.append(block.text)
+        elif isinstance(block, dict) and block.get("type") == "text":
+            parts.append(block["text"])
+    return "".join(parts)
+
+
+def tool(content: Any, **extra: Any) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": "call", "name": "read", "content": content, **extra}
+
+
+async def admit(message: dict[str, Any], **config: Any) -> tuple[dict[str, Any], RecordingHooks]:
+    hooks = RecordingHooks()
+    cm = SimpleContextManager(hooks=hooks, **config)
+    await cm.add_message(message)
+    (stored,) = await cm.get_messages()
+    return stored, hooks
+
+
+def assert_one_marker(text: str, original: int) -> None:
+    assert text.count(MARKER_PREFIX) == 1
+    assert text.count(GUIDANCE) == 1
+    assert text.endswith(marker(original))
+    assert f"={original};" in marker(original)
+
+
+# -- strings ----------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_exactly_at_cap_is_unchanged() -> None:
+    """A tool result of exactly the cap is stored unchanged; no event."""
+    content = "a" * CAP
+    stored, hooks = await admit(tool(content))
+    assert stored["content"] == content
+    assert hooks.events == []
+
+
+@pytest.mark.anyio
+async def test_one_byte_over_is_clipped_to_the_cap() -> None:
+    """cap + 1 ASCII bytes: stored content is exactly cap bytes with one marker."""
+    stored, hooks = await admit(tool("b" * (CAP + 1)))
+    content = stored["content"]
+    assert utf8(content) == CAP
+    assert_one_marker(content, CAP + 1)
+    assert "original_text_utf8_bytes=131073" in content
+    assert content.startswith("b" * 100)
+    assert len(hooks.named(EVENT)) == 1
+
+
+@pytest.mark.anyio
+async def test_view_carries_the_clipped_content() -> None:
+    """The provider-facing view shows the clipped text, not the original."""
+    hooks = RecordingHooks()
+    cm = SimpleContextManager(hooks=hooks)
+    call = {"id": "call", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    await cm.add_message({"role": "user", "content": "go"})
+    await cm.add_message({"role": "assistant", "content": None, "tool_calls": [call]})
+    await cm.add_message(tool("z" * (CAP * 2)))
+    view = await cm.get_messages_for_request()
+    assert utf8(view[-1]["content"]) == CAP
+    assert_one_marker(view[-1]["content"], CAP * 2)
+
+
+@pytest.mark.anyio
+async def test_callers_message_is_not_mutated() -> None:
+    """Clipping builds a new message; the caller's dict keeps its full content."""
+    message = tool("c" * (CAP + 10), metadata={"k": "v"})
+    snapshot = copy.deepcopy(message)
+    await admit(message)
+    assert message == snapshot
+
+
+@pytest.mark.anyio
+async def test_emoji_string_is_clipped_utf8_safely() -> None:
+    """An oversized emoji string is clipped to valid UTF-8 within the cap, one marker."""
+    original = "🙂" * (CAP // 4 + 10)
+    stored, hooks = await admit(tool(original))
+    content = stored["content"]
+    encoded = content.encode("utf-8")  # strict: raises on invalid text
+    assert len(encoded) <= CAP
+    assert_one_marker(content, utf8(original))
+    prefix = content[: -len(marker(utf8(original)))]
+    assert prefix and set(prefix) == {"🙂"}
+    assert len(hooks.named(EVENT)) == 1
+
+
+@pytest.mark.anyio
+async def test_lone_surrogate_under_cap_is_kept_byte_for_byte() -> None:
+    """Under the cap an ill-formed string is stored exactly as given."""
+    stored, hooks = await admit(tool("prefix\ud800suffix"))
+    assert stored["content"] == "prefix\ud800suffix"
+    assert hooks.events == []
+
+
+@pytest.mark.anyio
+async def test_oversized_surrogate_string_becomes_valid_utf8() -> None:
+    """An oversized string with lone surrogates is clipped to valid UTF-8 within the cap."""
+    original = ("x\ud800" * (CAP // 2 + 5)) + "\udfff"
+    stored, hooks = await admit(tool(original))
+    content = stored["content"]
+    assert len(content.encode("utf-8")) <= CAP
+    assert_one_marker(content, utf8(original))
+    assert len(hooks.named(EVENT)) == 1
+
+
+@pytest.mark.anyio
+async def test_surrogate_counts_one_byte_at_the_boundary() -> None:
+    """A lone surrogate counts as one replaced byte: cap-1 ASCII + surrogate is unchanged."""
+    original = "a" * (CAP - 1) + "\udc80"
+    stored, hooks = await admit(tool(original))
+    assert stored["content"] == original
+    assert hooks.events == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("role", ["user", "assistant", "system"])
+async def test_non_tool_roles_are_never_capped(role: str) -> None:
+    """Only ``role: tool`` is capped; other roles over the cap are stored unchanged."""
+    content = "u" * (CAP + 1)
+    stored, hooks = await admit({"role": role, "content": content})
+    assert stored["content"] == content
+    assert hooks.events == []
+
+
+@pytest.mark.anyio
+async def test_custom_cap_above_the_default() -> None:
+    """With max_tool_result_bytes = cap + 1 a result of that size is unchanged."""
+    content = "d" * (CAP + 1)
+    stored, hooks = await admit(tool(content), max_tool_result_bytes=CAP + 1)
+    assert stored["content"] == content
+    assert hooks.events == []
+
+
+@pytest.mark.anyio
+async def test_minimum_cap_still_fits_the_marker() -> None:
+    """At the smallest allowed cap an oversized result is exactly a marker within the cap."""
+    minimum = config_module.MIN_MAX_TOOL_RESULT_BYTES
+    original = "m" * 10_000
+    stored, _ = await admit(tool(original), max_tool_result_bytes=minimum)
+    assert utf8(stored["content"]) <= minimum
+    assert_one_marker(stored["content"], 10_000)
+
+
+@pytest.mark.anyio
+async def test_identity_fields_and_metadata_are_preserved() -> None:
+    """Tool identity keys and metadata survive clipping; the marker is not in metadata."""
+    metadata = {"openai:tool_search_items": [{"id": "x"}], "custom": "keep"}
+    message = {
+        "role": "tool",
+        "name": "safe_name",
+        "tool_call_id": "safe_call",
+        "tool_use_id": "use_1",
+        "status": "ok",
+        "error": None,
+        "content": "e" * (CAP + 1),
+        "metadata": metadata,
+    }
+    stored, _ = await admit(message)
+    for key in ("role", "name", "tool_call_id", "tool_use_id", "status", "error"):
+        assert stored[key] == message[key]
+    assert {k: v for k, v in stored["metadata"].items() if k not in ("timestamp", "_seq")} == (
+        metadata
+    )
+    assert MARKER_PREFIX not in repr(stored["metadata"])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "content",
+    [
+        None,
+        [{"type": "image", "source": {"type": "base64", "data": "A" * (CAP * 2)}}],
+        [{"type": "text", "text": 42}, {"type": "image", "data": "B" * (CAP * 2)}],
+        [{"type": "tool_result", "content": [{"type": "text", "text": "n" * (CAP * 2)}]}],
+        [{"text": "no type" * CAP}],
+    ],
+    ids=["none", "image-only", "malformed-text", "nested-text", "untyped"],
+)
+async def test_non_text_content_is_untouched(content: Any) -> None:
+    """Image-only, malformed, nested or untyped blocks are not read or sliced; no event."""
+    stored, hooks = await admit(tool(content))
+    assert stored["content"] == content
+    if isinstance(content, list):
+        assert all(a is b for a, b in zip(stored["content"], content, strict=True))
+    assert hooks.events == []
+
+
+# -- blocks ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_mixed_blocks() -> None:
+    """Non-text blocks are the same objects in the same order; one marker; text within cap;
+    the trailing text block is dropped; the leading TextBlock keeps its type and extras."""
+    first = TextBlock(text="short", trace="keep-me")
+    image = {"type": "image", "source": {"type": "base64", "data": "I" * 1000}}
+    file = {"type": "file", "name": "f.bin"}
+    audio = {"type": "audio", "data": "A" * 1000}
+    big = {"type": "text", "text": "🙂" * CAP}
+    trailing = {"type": "text", "text": "after"}
+    blocks = [first, image, file, audio, big, trailing]
+    snapshot = copy.deepcopy(blocks)
+    stored, hooks = await admit(tool(blocks))
+    content = stored["content"]
+    assert blocks == snapshot
+    assert content[0] is first
+    assert isinstance(content[0], TextBlock)
+    assert content[0].model_dump()["trace"] == "keep-me"
+    assert content[1] is image
+    assert content[2] is file
+    assert content[3] is audio
+    assert len(content) == 5
+    assert content[4] is not big
+    assert content[4]["type"] == "text"
+    original = utf8("short") + utf8(big["text"]) + utf8("after")
+    text = text_of(content)
+    assert len(text.encode("utf-8")) <= CAP
+    assert_one_marker(text, original)
+    assert text_of([content[0]]) == "short"
+    assert text_of([content[4]])
+    (payload,) = hooks.named(EVENT)
+    assert payload["content_kind"] == "text_blocks"
+    assert payload["original_text_utf8_bytes"] == original
+    assert payload["stored_text_utf8_bytes"] == utf8(text)
+
+
+@pytest.mark.anyio
+async def test_clipped_textblock_stays_a_textblock() -> None:
+    """A TextBlock that is clipped becomes a new TextBlock with its extra fields."""
+    block = TextBlock(text="t" * (CAP + 50), trace="x", visibility="internal")
+    stored, _ = await admit(tool([block]))
+    (clipped,) = stored["content"]
+    assert isinstance(clipped, TextBlock)
+    assert clipped is not block
+    assert block.text == "t" * (CAP + 50)
+    assert clipped.model_dump()["trace"] == "x"
+    assert clipped.visibility == "internal"
+    assert utf8(clipped.text) <= CAP
+    assert_one_marker(clipped.text, CAP + 50)
+
+
+@pytest.mark.anyio
+async def test_dict_block_keeps_extra_keys() -> None:
+    """A clipped dict text block keeps its other keys; the caller's block is unchanged."""
+    block = {"type": "text", "text": "k" * (CAP + 1), "cache_control": {"type": "ephemeral"}}
+    stored, _ = await admit(tool([block]))
+    (clipped,) = stored["content"]
+    assert clipped["cache_control"] == {"type": "ephemeral"}
+    assert len(block["text"]) == CAP + 1
+    assert utf8(clipped["text"]) == CAP
+
+
+@pytest.mark.anyio
+async def test_many_small_blocks_over_cap() -> None:
+    """Blocks that fit are kept whole; the first that does not carries the only marker."""
+    blocks = [{"type": "text", "text": "p" * 50_000} for _ in range(4)]
+    stored, _ = await admit(tool(blocks))
+    content = stored["content"]
+    assert content[0] is blocks[0]
+    assert content[1] is blocks[1]
+    assert len(content) == 3
+    text = text_of(content)
+    assert utf8(text) <= CAP
+    assert_one_marker(text, 200_000)
+
+
+@pytest.mark.anyio
+async def test_blocks_under_cap_unchanged() -> None:
+    """Text blocks totalling the cap are stored as the same objects; no event."""
+    blocks = [{"type": "text", "text": "h" * (CAP // 2)}, TextBlock(text="h" * (CAP // 2))]
+    stored, hooks = await admit(tool(blocks))
+    assert all(a is b for a, b in zip(stored["content"], blocks, strict=True))
+    assert hooks.events == []
+
+
+# -- events and logging ----------------------------------------------------------------------
+
+
+@asyncio_only
+@pytest.mark.anyio
+async def test_event_payload_via_real_hooks() -> None:
+    """Through the real hook registry the payload is the six numeric/identity keys only."""
+    coordinator, context, recorder = await mounted({}, EVENT)
+    secret = "SECRET-CONTENT-"
+    content = secret + "s" * CAP
+    await context.add_message(
+        {"role": "tool", "name": "safe_name", "tool_call_id": "safe_call", "content": content}
+    )
+    (payload,) = recorder.named(EVENT)
+    ours = {k: v for k, v in payload.items() if k not in KERNEL_FIELDS}
+    assert ours == {
+        "tool_name": "safe_name",
+        "tool_call_id": "safe_call",
+        "original_text_utf8_bytes": utf8(content),
+        "stored_text_utf8_bytes": CAP,
+        "max_tool_result_bytes": CAP,
+        "content_kind": "string",
+    }
+    assert secret not in repr(payload)
+    assert MARKER_PREFIX not in repr(payload)
+    await coordinator.cleanup()
+
+
+@asyncio_only
+@pytest.mark.anyio
+async def test_block_event_payload_via_real_hooks() -> None:
+    """A clipped block list reports kind text_blocks through the real registry."""
+    coordinator, context, recorder = await mounted({"max_tool_result_bytes": 1000}, EVENT)
+    await context.add_message(
+        {"role": "tool", "tool_call_id": "c", "content": [TextBlock(text="w" * 5000)]}
+    )
+    (payload,) = recorder.named(EVENT)
+    assert set(payload) - KERNEL_FIELDS == PAYLOAD_KEYS
+    assert payload["content_kind"] == "text_blocks"
+    assert payload["original_text_utf8_bytes"] == 5000
+    assert payload["stored_text_utf8_bytes"] == 1000
+    assert payload["max_tool_result_bytes"] == 1000
+    assert payload["tool_name"] is None
+    await coordinator.cleanup()
+
+
+@pytest.mark.anyio
+async def test_non_string_identity_fields_are_not_reported() -> None:
+    """Only string identity fields are reported; anything else becomes None."""
+    _, hooks = await admit(
+        {"role": "tool", "name": {"x": 1}, "tool_call_id": 7, "content": "q" * (CAP + 1)}
+    )
+    (payload,) = hooks.named(EVENT)
+    assert payload["tool_name"] is None
+    assert payload["tool_call_id"] is None
+    assert set(payload) == PAYLOAD_KEYS
+
+
+@pytest.mark.anyio
+async def test_no_hooks_logs_a_warning_with_guidance(caplog: pytest.LogCaptureFixture) -> None:
+    """Without hooks the clip is logged as a warning carrying the retrieval sentence."""
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        cm = SimpleContextManager()
+        await cm.add_message(tool("g" * (CAP + 1)))
+    (stored,) = await cm.get_messages()
+    assert utf8(stored["content"]) == CAP
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(GUIDANCE in w for w in warnings), warnings
+
+
+@pytest.mark.anyio
+async def test_raising_emit_logs_and_still_stores(caplog: pytest.LogCaptureFixture) -> None:
+    """If emit raises, the clipped message is still stored and a warning carries guidance."""
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        cm = SimpleContextManager(hooks=RaisingHooks())
+        await cm.add_message(tool("r" * (CAP + 1)))
+    (stored,) = await cm.get_messages()
+    assert utf8(stored["content"]) == CAP
+    assert any(GUIDANCE in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.anyio
+async def test_delivered_event_logs_no_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """A successfully delivered event needs no warning."""
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        await admit(tool("v" * (CAP + 1)))
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.anyio
+async def test_set_messages_clips_once() -> None:
+    """set_messages clips an oversized result with one event; re-setting emits nothing new."""
+    hooks = RecordingHooks()
+    cm = SimpleContextManager(hooks=hooks)
+    await cm.set_messages(
+        [
+            {"role": "user", "content": "x"},
+            tool("o" * (CAP + 5)),
+            {"role": "tool", "tool_call_id": "small", "content": "fine"},
+        ]
+    )
+    assert len(hooks.named(EVENT)) == 1
+    stored = await cm.get_messages()
+    assert utf8(stored[1]["content"]) == CAP
+    await cm.set_messages(await cm.get_messages())
+    assert len(hooks.named(EVENT)) == 1
+    assert await cm.get_messages() == stored
+
+
+@pytest.mark.anyio
+async def test_each_clipped_message_emits_one_event() -> None:
+    """One event per clipped message, in admission order."""
+    hooks = RecordingHooks()
+    cm = SimpleContextManager(hooks=hooks, max_tool_result_bytes=1000)
+    for i in range(3):
+        await cm.add_message({"role": "tool", "tool_call_id": f"c{i}", "content": "y" * 2000})
+    assert [p["tool_call_id"] for p in hooks.named(EVENT)] == ["c0", "c1", "c2"]
+
+
+# -- the pure function, property-based ---------------------------------------------------------
+
+TEXT = st.text(
+    alphabet=st.one_of(
+        st.characters(codec="utf-8"),
+        st.sampled_from(["\ud800", "\udfff", "🙂", "中", "é"]),
+    ),
+    max_size=600,
+)
+
+
+@given(text=TEXT, cap=st.integers(min_value=config_module.MIN_MAX_TOOL_RESULT_BYTES, max_value=700))
+def test_cap_property_string(text: str, cap: int) -> None:
+    """Any string: under cap unchanged (same object); over cap valid UTF-8, <= cap, one marker."""
+    message = {"role": "tool", "tool_call_id": "c", "content": text}
+    result, clip = cap_tool_result(message, cap)
+    original = utf8(text)
+    if original <= cap:
+        assert result is message
+        assert clip is None
+    else:
+        content = result["content"]
+        assert len(content.encode("utf-8")) <= cap
+        assert content.count(MARKER_PREFIX) == 1
+        assert content.endswith(marker(original))
+        assert clip is not None
+        assert clip.original_text_utf8_bytes == original
+        assert clip.stored_text_utf8_bytes == len(content.encode("utf-8"))
+        assert message["content"] is text
+
+
+@given(
+    texts=st.lists(TEXT, max_size=6),
+    cap=st.integers(min_value=config_module.MIN_MAX_TOOL_RESULT_BYTES, max_value=900),
+)
+def test_cap_property_blocks(texts: list[str], cap: int) -> None:
+    """Any text-block list: total text <= cap and exactly one marker when clipped."""
+    image = {"type": "image", "data": "IMG"}
+    blocks: list[Any] = [{"type": "text", "text": t} for t in texts] + [image]
+    message = {"role": "tool", "tool_call_id": "c", "content": blocks}
+    result, clip = cap_tool_result(message, cap)
+    original = sum(utf8(t) for t in texts)
+    if original <= cap:
+        assert result is message
+        assert clip is None
+        return
+    content = result["content"]
+    text = text_of(content)
+    assert len(text.encode("utf-8")) <= cap
+    assert text.count(MARKER_PREFIX) == 1
+    assert content[-1] is image
+    assert clip is not None
+    assert clip.content_kind == "text_blocks"
