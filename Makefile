@@ -46,7 +46,8 @@ check: setup
 	$(UV) run --frozen ruff check .
 	$(UV) run --frozen ruff format --check .
 	$(UV) run --frozen mypy
-	$(UV) run --frozen flake8 --select=ASYNC102,ASYNC110,ASYNC910,ASYNC911 $(PKG)
+	$(UV) run --frozen flake8-async --anyio --enable=ASYNC102,ASYNC110,ASYNC910,ASYNC911 \
+	  $$(find $(PKG) -name '*.py')
 
 bench: setup
 	$(UV) run --frozen python -m benchmarks

@@ -87,7 +87,7 @@ async def mount(
             register("context.measured_request_view", context.get_measured_request_view)
     logger.info("Mounted SimpleContextManager (token_meter=%r)", context.token_meter)
 
-    async def cleanup() -> None:
+    async def cleanup() -> None:  # noqa: ASYNC910 - teardown must not be cancellable halfway
         nonlocal unregister
         if unregister is not None:
             callback, unregister = unregister, None

@@ -88,12 +88,10 @@ def derive_budget(
                 "reserved_output": reserved,
             }
             if derived <= 0:
-                logger.warning(
-                    "context-simple: provider window %d leaves no input budget; using fallback",
-                    context_window,
-                )
-                provenance = {"source": "max_tokens_fallback"}
-                derived = max_tokens_fallback
+                # A window too small for the reserve and the safety margin is still a real
+                # window: never answer it with the (much larger) fallback.
+                derived = max(1, context_window - reserved)
+                provenance["window_too_small"] = True
         else:
             provenance = {"source": "max_tokens_fallback"}
             derived = max_tokens_fallback

@@ -46,6 +46,8 @@ from .notice import notice_message, tail_is_safe
 logger = logging.getLogger(__name__)
 
 COMPACTION_EVENT: Final = "context:compaction"
+FLOOR_REGROWTH: Final = 0.05
+"""How far (fraction of the budget) a view grows past a reported floor before re-running."""
 BUDGET_EVENT: Final = "context:budget"
 _MISSING: Final = object()
 
@@ -172,7 +174,7 @@ class SimpleContextManager:
         self._meter = TokenMeter()
         self._factory: SystemPromptFactory | None = None
         self._forms: dict[tuple[int, str, int], Form | None] = {}
-        self._floor_key: tuple[Any, ...] | None = None
+        self._floor: tuple[int, int, int, int] | None = None
         self._last_token_meter_stats: dict[str, Any] | None = None
         self._last_emitted_budget: dict[str, Any] | None = None
         self._last_effective_budget: int | None = None
@@ -242,6 +244,7 @@ class SimpleContextManager:
             InvalidMessageError: not a dict, no string role, or malformed fields; nothing
                 is admitted.
         """
+        await anyio.lowlevel.checkpoint_if_cancelled()
         validate_message(message)
         _, clip = self._history.admit(
             message, max_tool_result_bytes=self._config.max_tool_result_bytes, stamp_time=True
@@ -256,6 +259,7 @@ class SimpleContextManager:
         validated first: a bad message raises ``InvalidMessageError`` naming its index and
         the previous history stays.
         """
+        await anyio.lowlevel.checkpoint_if_cancelled()
         history, clips = build_history(
             messages, max_tool_result_bytes=self._config.max_tool_result_bytes
         )
@@ -265,10 +269,12 @@ class SimpleContextManager:
 
     async def get_messages(self) -> list[dict[str, Any]]:
         """The full canonical history: a new list of copies of the admitted messages."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
         return self.messages
 
     async def clear(self) -> None:
         """Empty the history and the sticky decisions, and forget the meter reading."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
         self._reset(History())
         self._last_token_meter_stats = None
         self._meter.reset()
@@ -279,7 +285,7 @@ class SimpleContextManager:
         self._decisions = Decisions()
         self._commit_version += 1
         self._forms = {}
-        self._floor_key = None
+        self._floor = None
 
     async def _report_clip(self, clip: IngressClip) -> None:
         delivered = await self._emit(INGRESS_EVENT, clip.payload())
@@ -296,16 +302,19 @@ class SimpleContextManager:
 
     async def should_compact(self) -> bool:
         """Always False: compaction is view-only and happens per request."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
         return False
 
     async def compact(self) -> None:
         """No-op: the stored history is never compacted."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
 
     async def set_system_prompt_factory(self, factory: SystemPromptFactory) -> None:
         """Use ``await factory()`` as the system prompt of every request.
 
         Stored system messages are then left out of views, except hook-sourced ones.
         """
+        await anyio.lowlevel.checkpoint_if_cancelled()
         if not callable(factory):
             raise TypeError("set_system_prompt_factory needs an async callable")
         self._factory = factory
@@ -316,6 +325,7 @@ class SimpleContextManager:
     async def _on_llm_response(self, event: str, data: Any) -> None:
         """``llm:response`` listener: record the provider's reading. Returns None."""
         self._meter.on_llm_response(data)
+        await anyio.lowlevel.checkpoint_if_cancelled()
 
     def claim_foreground_usage(self) -> Callable[..., bool]:
         """Capability ``context.foreground_usage``: the orchestrator owns the meter."""
@@ -370,7 +380,6 @@ class SimpleContextManager:
         retain: tuple[str, ...],
         hard_fit: bool,
     ) -> list[dict[str, Any]]:
-        await anyio.lowlevel.checkpoint_if_cancelled()
         plan = await self.plan_request(
             token_budget=token_budget, provider=provider, retain=retain, hard_fit=hard_fit
         )
@@ -383,9 +392,9 @@ class SimpleContextManager:
         should = plan.effective > 0 and used / plan.effective >= self._config.compact_threshold
         if (plan.retained or hard_fit) and estimated > plan.effective:
             should = True
-        floor_key = self._floor_key
+        floor = self._floor
         if should:
-            staged, floor_key = self._compact(plan, rendered)
+            staged, floor = self._compact(plan, rendered)
         decisions = staged if staged is not None else plan.decisions
         view = self.render(plan, decisions) if staged is not None else rendered
         messages = self.with_notice(view.messages, decisions)
@@ -395,7 +404,7 @@ class SimpleContextManager:
         # -- commit boundary ----------------------------------------------------------
         if staged is not None:
             self.apply_decisions(staged)
-        self._floor_key = floor_key
+        self._floor = floor
         self._publish_meter(estimated, plan.effective)
         if new_stats and staged is not None and staged.stats is not None:
             await self._emit(COMPACTION_EVENT, staged.stats)
@@ -417,6 +426,7 @@ class SimpleContextManager:
         The snapshot is taken after the factory's await, so it is current for the
         synchronous work that follows.
         """
+        await anyio.lowlevel.checkpoint_if_cancelled()
         config = self._config
         provenance = derive_budget(
             token_budget=token_budget,
@@ -667,18 +677,30 @@ class SimpleContextManager:
 
     def _compact(
         self, plan: RequestPlan, before: Rendered
-    ) -> tuple[Decisions | None, tuple[Any, ...] | None]:
+    ) -> tuple[Decisions | None, tuple[int, int, int, int] | None]:
         """Run the ladder for an ordinary/retaining request.
 
         Returns the staged decisions (None when the run changed nothing and has nothing
-        new to report) and the storm-guard key to remember (None when the view fits).
-        A floor already reported is not reported again, and a request with exactly the
-        inputs of the run that hit the floor does not run the ladder at all.
+        new to report) and the floor mark to remember (None when the view fits).
+
+        No storms: when the protected floor alone is above the target, the first run
+        reports it (one ``context:compaction`` carrying ``floor_tokens``, one warning) and
+        that decision is reused. The ladder runs again only once the view has grown
+        ``FLOOR_REGROWTH`` of the budget past the reported floor, or past the budget
+        itself, so a growing session does not re-run the deepest level on every request
+        (and does not rewrite its cached prefix every turn). Hard-fit requests always run.
         """
         target = self.ordinary_target(plan)
-        key = (plan.epoch, plan.length, plan.effective, target, plan.protected)
-        if self._floor_key == key:
-            return None, key
+        floor = self._floor
+        regrowth = max(1, int(plan.effective * FLOOR_REGROWTH))
+        if (
+            floor is not None
+            and not plan.hard_fit
+            and floor[:3] == (plan.epoch, plan.effective, target)
+            and before.tokens < floor[3] + regrowth
+            and before.tokens <= plan.effective
+        ):
+            return None, floor
         ladder = self.ladder_for(plan, plan.decisions, target=target, extra_protected=frozenset())
         ladder.climb()
         over = not ladder.fits
@@ -690,15 +712,16 @@ class SimpleContextManager:
                 budget=target,
                 required=ladder.total,
             )
+        mark = (plan.epoch, plan.effective, target, ladder.total) if over else None
         stats_before = plan.decisions.stats
         reported = stats_before is not None and stats_before.get("floor_tokens") is not None
         if ladder.changes == 0 and (not over or reported):
-            return None, key if over else None
+            return None, mark
         staged = plan.decisions.merged(ladder)
         stats = self.compaction_stats(plan, before, ladder, staged, target)
         if over:
-            self._warn_floor(stats)
-        return dataclasses.replace(staged, stats=stats), key if over else None
+            self._warn_floor(stats, first=not reported)
+        return dataclasses.replace(staged, stats=stats), mark
 
     def compaction_stats(
         self,
@@ -728,8 +751,9 @@ class SimpleContextManager:
             "changes": ladder.changes,
         }
 
-    def _warn_floor(self, stats: Mapping[str, Any]) -> None:
-        logger.warning(
+    def _warn_floor(self, stats: Mapping[str, Any], *, first: bool) -> None:
+        """Warn once per floor episode; later floor runs of the episode log at INFO."""
+        (logger.warning if first else logger.info)(
             "context-simple: compaction finished above its target at level %d: %s tokens "
             "remain for a target of %s (budget %s). The protected floor (system prompt, "
             "first and latest request, retained reminders, recent tool results) is larger "
@@ -787,10 +811,21 @@ class SimpleContextManager:
         await self._emit(COMPACTION_EVENT, stats)
 
     async def emit_budget(self, provenance: dict[str, Any]) -> None:
-        """Emit ``context:budget`` when the provenance differs from the last one emitted."""
+        """Emit ``context:budget`` when the provenance differs from the last one emitted.
+
+        Delivery helpers add no checkpoint of their own: they run after a commit, where a
+        cancellation point would only make a completed request look cancelled.
+        """
         if provenance == self._last_emitted_budget:
-            return
+            return  # noqa: ASYNC910
         self._last_emitted_budget = provenance
+        if provenance.get("window_too_small"):
+            logger.warning(
+                "context-simple: the provider's window (%s tokens) leaves no room for its "
+                "output reserve and safety margin; budgeting %s tokens",
+                provenance.get("context_window"),
+                provenance.get("effective_budget"),
+            )
         await self._emit(BUDGET_EVENT, dict(provenance))
 
     async def _emit(self, event: str, data: dict[str, Any]) -> bool:
@@ -801,10 +836,10 @@ class SimpleContextManager:
         hooks = self.hooks
         emit = getattr(hooks, "emit", None)
         if not callable(emit):
-            return False
+            return False  # noqa: ASYNC910 - see emit_budget
         try:
             await emit(event, data)
         except Exception:
             logger.warning("context-simple: delivering %s failed", event, exc_info=True)
-            return False
+            return False  # noqa: ASYNC910 - see emit_budget
         return True

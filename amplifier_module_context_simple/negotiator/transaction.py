@@ -213,15 +213,14 @@ class RequestTransaction:
         cancelled during that delivery. A raising ``is_cancelled`` propagates and leaves
         the transaction READY (the caller may still roll it back).
         """
+        # The last cancellation check: from here to the commit step nothing awaits.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         if self._state is TxnState.COMMITTED:
             return True
         if self._state is TxnState.ROLLED_BACK:
             return False
         if self._state is not TxnState.READY:
             raise TransactionStateError(TxnEvent.COMMIT.value, self._state.name)
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        if self.is_terminal:  # rolled back (or committed) by someone else while we yielded
-            return self.state is TxnState.COMMITTED
         if is_cancelled is not None and is_cancelled():
             self.rollback()
             return False

@@ -275,11 +275,16 @@ async def test_unusable_provider_falls_back(provider: Any) -> None:
 
 
 @pytest.mark.anyio
-async def test_window_too_small_for_its_reserve_falls_back() -> None:
-    """A window that leaves no input budget after the reserve falls back."""
+async def test_window_too_small_for_its_reserve_is_not_answered_with_the_fallback() -> None:
+    """A window too small for reserve + margin budgets what it has, never the 200k fallback.
+
+    Regression: a 4,000-token window used to fall back to 200,000 tokens, so a smaller
+    window gave a larger budget.
+    """
     payload = await budget_event(defaults(4_000, 1_000))
-    assert payload["source"] == "max_tokens_fallback"
-    assert payload["effective_budget"] == 200_000
+    assert payload["source"] == "provider_defaults"
+    assert payload["window_too_small"] is True
+    assert payload["effective_budget"] == 4_000 - 500
 
 
 @pytest.mark.anyio

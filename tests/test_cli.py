@@ -1,0 +1,248 @@
+"""``amplifier-context-simple replay``: the transcript replay CLI.
+
+Most tests call ``main([...])`` directly; one runs the installed console script.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from amplifier_module_context_simple.cli import main, parse_assignment
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "examples" / "sample-transcript.jsonl"
+WINDOW = ["--window", "32000", "--max-output", "4000"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[dict[str, Any], str]:
+    """``main(["replay", *argv, "--json"])``: the parsed report and the stderr text."""
+    assert main(["replay", *argv, "--json"]) == 0
+    captured = capsys.readouterr()
+    report: dict[str, Any] = json.loads(captured.out)
+    return report, captured.err
+
+
+def small_session() -> list[dict[str, Any]]:
+    """user, assistant+call, tool, assistant, user, assistant: 3 assistant messages."""
+    return [
+        {"role": "user", "content": "list the files"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "list_dir", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": json.dumps(["a.py", "b.py"])},
+        {"role": "assistant", "content": "Two files."},
+        {"role": "user", "content": "谢谢"},
+        {"role": "assistant", "content": "不客气"},
+    ]
+
+
+def write_jsonl(path: Path, rows: list[str]) -> Path:
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_sample_transcript_replays_with_compactions(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(SAMPLE), *WINDOW]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    out = captured.out
+    assert "compaction boundaries" in out
+    summary = out.split("\nsummary\n")[1]
+    rows = {line[:21].strip(): line[21:].strip() for line in summary.splitlines()[2:]}
+    assert int(rows["compaction boundaries"]) >= 3
+    assert rows["budget"] == "25,904"  # 32,000 - 4,000 * 0.5 - 4,096
+    assert rows["budget source"] == "provider_defaults"
+    boundary_rows = [line for line in out.splitlines() if " L" in line and " -> " in line]
+    assert len(boundary_rows) == int(rows["compaction boundaries"])
+
+
+def test_console_script_replays_sample_as_json() -> None:
+    script = Path(sys.executable).parent / "amplifier-context-simple"
+    result = subprocess.run(
+        [str(script), "replay", str(SAMPLE), *WINDOW, "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    (run,) = report["runs"]
+    assert report["messages"] == 420
+    assert run["totals"]["compaction_boundaries"] >= 3
+    assert run["totals"]["requests"] == len(run["requests"])
+
+
+def test_requests_are_made_before_each_assistant_message_and_at_the_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session = small_session()
+    path = write_jsonl(tmp_path / "t.jsonl", [json.dumps(m, ensure_ascii=False) for m in session])
+    report, _ = run_json(capsys, str(path))
+    (run,) = report["runs"]
+    assistant_positions = [i for i, m in enumerate(session) if m["role"] == "assistant"]
+    seen = [r["history_messages"] for r in run["requests"]]
+    assert seen == [*assistant_positions, len(session)]
+    assert [r["request"] for r in run["requests"]] == [1, 2, 3, 4]
+    assert run["budget"]["source"] == "max_tokens_fallback"  # no --window: no provider
+    assert run["totals"]["compaction_boundaries"] == 0
+
+
+def test_malformed_lines_are_reported_and_the_rest_replays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = [json.dumps(m, ensure_ascii=False) for m in small_session()]
+    rows = [
+        good[0],
+        '{"role": "assistant", "content": ',  # line 2: invalid JSON
+        good[1],
+        good[2],
+        '["not", "an", "object"]',  # line 5: not an object
+        "",  # line 6: blank, skipped silently
+        good[3],
+        '{"content": "who said this?"}',  # line 8: no role
+        good[4],
+        good[5],
+    ]
+    path = write_jsonl(tmp_path / "bad.jsonl", rows)
+    report, err = run_json(capsys, str(path))
+    for number in (2, 5, 8):
+        assert f"line {number}:" in err
+    assert "line 6" not in err
+    assert "invalid JSON" in err and "not a JSON object" in err and "'role'" in err
+    assert report["messages"] == 6
+    assert [p["number"] for p in report["skipped"]] == [2, 5, 8]
+    assert report["runs"][0]["totals"]["requests"] == 4
+
+
+def test_json_array_transcript(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([*small_session(), 42], indent=2), encoding="utf-8")
+    assert main(["replay", str(path), *WINDOW]) == 0
+    captured = capsys.readouterr()
+    assert "item 7: not a JSON object" in captured.err
+    assert "6 messages, 1 skipped" in captured.out
+    report, _ = run_json(capsys, str(path))
+    assert report["format"] == "array"
+    assert report["runs"][0]["totals"]["requests"] == 4
+
+
+def test_lower_threshold_compacts_more_often(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [str(SAMPLE), *WINDOW, "--set", "compact_threshold=0.7"]
+    report, _ = run_json(capsys, *argv, "--compare", "compact_threshold=0.95")
+    low, high = report["runs"]
+    assert low["config"] == {"compact_threshold": 0.7}
+    assert high["config"] == {"compact_threshold": 0.95}
+    assert low["totals"]["requests"] == high["totals"]["requests"]
+    assert low["totals"]["compaction_boundaries"] > high["totals"]["compaction_boundaries"] >= 3
+    assert low["totals"]["max_view_tokens"] < high["totals"]["max_view_tokens"]
+    for run in (low, high):
+        compacted = [r["request"] for r in run["requests"] if r["compacted"]]
+        assert compacted == [c["request"] for c in run["compactions"]]
+        assert run["totals"]["max_view_over_budget"] <= 1
+
+    assert main(["replay", *argv, "--compare", "compact_threshold=0.95"]) == 0
+    out = capsys.readouterr().out
+    assert "A: compact_threshold=0.7" in out and "B: compact_threshold=0.95" in out
+    assert "A level" in out and "B level" in out
+
+
+def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "cadence.png"
+    argv = ["replay", str(SAMPLE), *WINDOW, "--compare", "target_usage=0.3", "--plot", str(plot)]
+    assert main(argv) == 0
+    assert plot.read_bytes()[:8] == PNG_SIGNATURE
+    assert f"plot written to {plot}" in capsys.readouterr().out
+
+
+def test_plot_without_matplotlib_fails_clearly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
+    path = write_jsonl(tmp_path / "t.jsonl", [json.dumps(m) for m in small_session()])
+    assert main(["replay", str(path), "--plot", str(tmp_path / "p.png")]) == 1
+    assert "--plot needs matplotlib" in capsys.readouterr().err
+    assert not (tmp_path / "p.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "assignment", "key"),
+    [
+        ("--set", "compact_threshold=1.5", "compact_threshold"),
+        ("--set", "compaction_notice_enabled=yes", "compaction_notice_enabled"),
+        ("--set", "max_tokens=lots", "max_tokens"),  # the module is lenient here; the CLI not
+        ("--set", "compact_treshold=0.5", "compact_treshold"),  # unknown key
+        ("--compare", "protected_tool_results=-1", "protected_tool_results"),
+    ],
+)
+def test_bad_configuration_is_a_usage_error(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    option: str,
+    assignment: str,
+    key: str,
+) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [json.dumps(m) for m in small_session()])
+    assert main(["replay", str(path), option, assignment]) == 2
+    captured = capsys.readouterr()
+    assert key in captured.err and option in captured.err
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--set", "no-equals-sign"],
+        ["--window", "32000"],  # without --max-output
+        ["--window", "-1", "--max-output", "10"],
+    ],
+)
+def test_usage_errors_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [json.dumps(m) for m in small_session()])
+    assert main(["replay", str(path), *argv]) == 2
+    assert capsys.readouterr().err
+
+
+def test_unreadable_or_empty_transcript_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", str(tmp_path / "missing.jsonl")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+    nothing = write_jsonl(tmp_path / "nothing.jsonl", ["", "not json", '{"role": ""}'])
+    assert main(["replay", str(nothing)]) == 1
+    err = capsys.readouterr().err
+    assert "line 2:" in err and "line 3:" in err and "no replayable messages" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("compact_threshold=0.7", ("compact_threshold", 0.7)),
+        ("protected_tool_results=3", ("protected_tool_results", 3)),
+        ("compaction_notice_enabled=false", ("compaction_notice_enabled", False)),
+        ("max_tokens=null", ("max_tokens", None)),
+        ("compaction_notice_verbosity=minimal", ("compaction_notice_verbosity", "minimal")),
+        (" token_meter = actual ", ("token_meter", "actual")),
+        ("compaction_notice_verbosity=", ("compaction_notice_verbosity", "")),
+    ],
+)
+def test_set_values_are_json_when_possible(text: str, expected: tuple[str, Any]) -> None:
+    assert parse_assignment(text) == expected
