@@ -483,6 +483,8 @@ def _diff(rng: random.Random, src: _Sources, target: int) -> str:
     old = _code_slice(rng, src, max(MIN_BYTES, target // 2)).splitlines(keepends=True)
     new = list(old)
     for _ in range(rng.randint(1, 4)):
+        if not new:  # a one-line slice whose only line was deleted
+            break
         i = rng.randrange(len(new))
         choice = rng.random()
         if choice < 0.4:

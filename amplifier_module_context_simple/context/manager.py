@@ -29,9 +29,6 @@ from .decisions import Decisions
 from .estimate import estimate_message
 from .forms import stubbed_form, truncated_form
 from .history import (
-    BODY,
-    HOOK_SYSTEM,
-    SYSTEM,
     Entry,
     History,
     build_history,
@@ -42,6 +39,7 @@ from .ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip
 from .ladder import Form, Item, Ladder, LadderParams
 from .meter import TokenMeter
 from .notice import notice_message, tail_is_safe
+from .render import Rendered, Renderer
 
 logger = logging.getLogger(__name__)
 
@@ -90,16 +88,6 @@ class RequestPlan:
     protected: frozenset[int]
     retained: bool
     hard_fit: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Rendered:
-    """A rendered view and its estimate."""
-
-    messages: list[dict[str, Any]]
-    tokens: int
-    system_count: int
-    system_tokens: int
 
 
 class SimpleContextManager:
@@ -175,6 +163,7 @@ class SimpleContextManager:
         self._factory: SystemPromptFactory | None = None
         self._forms: dict[tuple[int, str, int], Form | None] = {}
         self._floor: tuple[int, int, int, int] | None = None
+        self._renderer = Renderer()
         self._last_token_meter_stats: dict[str, Any] | None = None
         self._last_emitted_budget: dict[str, Any] | None = None
         self._last_effective_budget: int | None = None
@@ -397,9 +386,11 @@ class SimpleContextManager:
             staged, floor = self._compact(plan, rendered)
         decisions = staged if staged is not None else plan.decisions
         view = self.render(plan, decisions) if staged is not None else rendered
+        shown = len(view.messages)
         messages = self.with_notice(view.messages, decisions)
         if plan.retained or hard_fit:
-            self.check_final_fit(plan, messages)
+            notice_tokens = estimate_message(messages[-1]) if len(messages) > shown else 0
+            self.check_final_fit(plan, view.tokens + notice_tokens)
         new_stats = staged is not None and staged.stats is not plan.decisions.stats
         # -- commit boundary ----------------------------------------------------------
         if staged is not None:
@@ -483,48 +474,14 @@ class SimpleContextManager:
         return frozenset(protected)
 
     def render(self, plan: RequestPlan, decisions: Decisions) -> Rendered:
-        """The view for ``plan`` under ``decisions``: copies, system messages first.
-
-        This is the per-request hot path: one pass, one dict copy per message (plus its
-        metadata dict when it has one), no re-estimation.
-        """
-        systems: list[dict[str, Any]] = []
-        body: list[dict[str, Any]] = []
-        system_tokens = 0
-        total = 0
-        factory = plan.factory_text is not None
-        if plan.factory_text is not None:
-            system = {"role": "system", "content": plan.factory_text}
-            systems.append(system)
-            system_tokens += estimate_message(system)
-        overrides = decisions.overrides
-        protected = plan.protected
-        append = body.append
-        for entry in self._history.entries[: plan.length]:
-            kind = entry.kind
-            if kind == BODY:
-                public = entry.public
-                tokens = entry.tokens
-                has_metadata = entry.has_metadata
-                if overrides and entry.seq in overrides and entry.seq not in protected:
-                    override = overrides[entry.seq]
-                    if override is None:
-                        continue
-                    public, tokens = override
-                    has_metadata = True
-                copied = public.copy()  # type: ignore[union-attr]
-                if has_metadata:
-                    copied["metadata"] = copied["metadata"].copy()
-                append(copied)
-                total += tokens
-            elif (kind == SYSTEM and not factory) or kind == HOOK_SYSTEM:
-                systems.append(copy_message(entry.public))  # type: ignore[arg-type]
-                system_tokens += entry.tokens
-        return Rendered(
-            messages=systems + body if systems else body,
-            tokens=system_tokens + total,
-            system_count=len(systems),
-            system_tokens=system_tokens,
+        """The view for ``plan`` under ``decisions`` (copies; system messages first)."""
+        return self._renderer.render(
+            self._history.entries,
+            plan.length,
+            epoch=plan.epoch,
+            decisions=decisions,
+            protected=plan.protected,
+            factory_text=plan.factory_text,
         )
 
     def check_required_floor(self, plan: RequestPlan, rendered: Rendered) -> None:
@@ -545,8 +502,8 @@ class SimpleContextManager:
                 required=required,
             )
 
-    def check_final_fit(self, plan: RequestPlan, messages: Sequence[Mapping[str, Any]]) -> None:
-        total = sum(estimate_message(m) for m in messages)
+    def check_final_fit(self, plan: RequestPlan, total: int) -> None:
+        """Fail closed when the final, notice-inclusive view exceeds the whole budget."""
         if total > plan.budget:
             raise RequiredContentTooLargeError(
                 "Context cannot fit the current injections and protected conversation "

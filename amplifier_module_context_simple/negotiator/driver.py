@@ -150,6 +150,8 @@ class Negotiation:
         self.txn = RequestTransaction(store, plan.decisions, store.version)
         self.count_calls = 0
         self.attempts: list[Attempt] = []
+        self.final_estimate = 0
+        """Our estimate of the view the result returns (for the meter stats)."""
         self.developers = store.developer_seqs(plan)
 
     # -- seams -------------------------------------------------------------------
@@ -211,6 +213,7 @@ class Negotiation:
         count_calls: int | None = None,
         envelope: Any = None,
     ) -> dict[str, Any]:
+        self.final_estimate = attempt.own_estimate
         txn: RequestTransaction | None = self.txn
         if not self.txn.has_changes:
             self.txn.rollback()
@@ -414,9 +417,7 @@ async def negotiate(
     )
     negotiation = Negotiation(store, plan, count_view, fit_output)
     result = await negotiation.run()
-    final = result["base_view"]
-    estimated = sum(estimate_message(m) for m in final)
-    store.publish_measured(estimated, plan.effective, result["measured_after"])
+    store.publish_measured(negotiation.final_estimate, plan.effective, result["measured_after"])
     try:
         await store.emit_budget(plan.provenance)
     except BaseException:

@@ -1,0 +1,135 @@
+"""Rendering a view: the per-request hot path.
+
+A view is system messages first, then the conversation with the sticky decisions applied,
+every message a new dict (and a new metadata dict when it has one). What a view *shows*
+depends only on the history prefix, the decisions and which protected messages are shown
+intact; so the renderer keeps that "what to show" list between requests and extends it
+with newly admitted messages. A steady-state request then costs one shallow copy per
+message and no per-message policy work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .decisions import Decisions
+from .estimate import estimate_message
+from .history import BODY, HOOK_SYSTEM, SYSTEM, Entry, copy_message
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A rendered view and its estimate."""
+
+    messages: list[dict[str, Any]]
+    tokens: int
+    system_count: int
+    system_tokens: int
+
+
+@dataclass(slots=True)
+class _Shown:
+    """The forms a view shows for one (epoch, decisions, intact set, factory) key."""
+
+    key: tuple[int, frozenset[int], bool]
+    decisions: Decisions
+    length: int = 0
+    systems: list[dict[str, Any]] = field(default_factory=list)
+    system_tokens: int = 0
+    body: list[dict[str, Any]] = field(default_factory=list)
+    with_metadata: list[int] = field(default_factory=list)
+    body_tokens: int = 0
+
+
+class Renderer:
+    """Builds views; remembers what the last view showed so the next one is cheap."""
+
+    def __init__(self) -> None:
+        self._shown: _Shown | None = None
+        self._factory: tuple[str, int] | None = None
+
+    def render(
+        self,
+        entries: Sequence[Entry],
+        length: int,
+        *,
+        epoch: int,
+        decisions: Decisions,
+        protected: frozenset[int],
+        factory_text: str | None,
+    ) -> Rendered:
+        """The view of ``entries[:length]`` under ``decisions``.
+
+        Messages in ``protected`` are shown as admitted even when a decision reduced or
+        removed them. With a ``factory_text``, stored system messages other than
+        hook-sourced ones are replaced by that one system prompt.
+        """
+        overrides = decisions.overrides
+        intact = protected.intersection(overrides) if overrides else frozenset()
+        key = (epoch, frozenset(intact), factory_text is not None)
+        shown = self._shown
+        if (
+            shown is None
+            or shown.key != key
+            or shown.decisions is not decisions
+            or shown.length > length
+        ):
+            shown = _Shown(key, decisions)
+            self._shown = shown
+        if shown.length < length:
+            self._extend(shown, entries, length, intact, factory_text is not None)
+        systems = [copy_message(message) for message in shown.systems]
+        system_tokens = shown.system_tokens
+        if factory_text is not None:
+            systems.insert(0, {"role": "system", "content": factory_text})
+            system_tokens += self._factory_tokens(factory_text)
+        body = [message.copy() for message in shown.body]
+        for index in shown.with_metadata:
+            body[index]["metadata"] = body[index]["metadata"].copy()
+        return Rendered(
+            messages=systems + body if systems else body,
+            tokens=system_tokens + shown.body_tokens,
+            system_count=len(systems),
+            system_tokens=system_tokens,
+        )
+
+    def _factory_tokens(self, text: str) -> int:
+        cached = self._factory
+        if cached is None or cached[0] != text:
+            cached = (text, estimate_message({"role": "system", "content": text}))
+            self._factory = cached
+        return cached[1]
+
+    @staticmethod
+    def _extend(
+        shown: _Shown,
+        entries: Sequence[Entry],
+        length: int,
+        intact: frozenset[int],
+        factory: bool,
+    ) -> None:
+        overrides = shown.decisions.overrides
+        body = shown.body
+        for entry in entries[shown.length : length]:
+            kind = entry.kind
+            if kind == BODY:
+                form = entry.public
+                tokens = entry.tokens
+                has_metadata = entry.has_metadata
+                seq = entry.seq
+                if seq in overrides and seq not in intact:
+                    override = overrides[seq]
+                    if override is None:
+                        continue  # removed
+                    form, tokens = override
+                    has_metadata = True
+                if has_metadata:
+                    shown.with_metadata.append(len(body))
+                body.append(form)  # type: ignore[arg-type]
+                shown.body_tokens += tokens
+            elif (kind == SYSTEM and not factory) or kind == HOOK_SYSTEM:
+                shown.systems.append(entry.public)  # type: ignore[arg-type]
+                shown.system_tokens += entry.tokens
+        shown.length = length

@@ -1,0 +1,1396 @@
+"""Reliability test support: fault injection at the seams, snapshots, models and oracles.
+
+Shipped with the package for orchestrator authors who want to test their own loop against
+this module the way the module tests itself (RELIABILITY.md sections 4, 5 and 7).
+
+The module awaits only through its *seams*: the system prompt factory, the orchestrator's
+``count_view`` and ``fit_output``, and ``hooks.emit`` (``context:compaction``,
+``context:budget``, ``context:tool_result_ingress_truncated``). Everything else is
+synchronous. So a test can enumerate every await point of an operation:
+
+- ``FaultPlan`` counts seam hits and, at hit ``k`` (and every later hit when
+  ``persistent``), raises ``InjectedFault``, cancels the enclosing anyio ``CancelScope``,
+  or cancels the current asyncio task natively (``asyncio.Task.cancel()``, which pierces
+  anyio shields - what an asyncio host really does);
+- ``faulty_count_view``, ``faulty_fit_output``, ``faulty_factory`` and ``FaultyHooks`` route
+  a seam through a plan (every seam is a real checkpoint);
+- ``sweep`` runs an operation once without faults (the reference: the expected ``after``
+  snapshot and the number of await points), then once per await point with a fault
+  there, and checks the outcome against the store: an operation that raised left the
+  store exactly as before (same values, same objects), except when the fault interrupted a
+  *boundary delivery* (``context:compaction``/``context:budget``, which start after the
+  request's commit) - then the store equals the no-fault ``after``; an operation that
+  returned equals ``after``;
+- ``step_sweep`` does the same with a trio ``Instrument`` that cancels after the task's
+  k-th scheduler step, which also covers awaits that are *not* seams (anyio on trio only);
+- ``snapshot`` is a comparable, immutable picture of everything a request may change;
+- ``ReferenceStore`` models the canonical history;
+- ``check_view_invariants`` is the view oracle of RELIABILITY.md section 7 (items 1-4, 6,
+  7 and 9), by tool id, in the OpenAI, Amplifier and Anthropic formats.
+
+Only anyio and the standard library are imported at module level; asyncio and trio are
+imported when a mode that needs them is used.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
+
+import anyio
+import anyio.lowlevel
+
+if TYPE_CHECKING:
+    import trio
+
+    from .context.manager import SimpleContextManager
+
+__all__ = (
+    "BOUNDARY_EVENTS",
+    "BUDGET_EVENT",
+    "CANCEL",
+    "COMPACTION_EVENT",
+    "ERROR",
+    "FAULT_KINDS",
+    "INGRESS_EVENT",
+    "NATIVE",
+    "FaultPlan",
+    "FaultyHooks",
+    "FrozenMap",
+    "InjectedFault",
+    "Prepared",
+    "Ref",
+    "ReferenceStore",
+    "Snapshot",
+    "StepCanceller",
+    "StepRun",
+    "SweepFailure",
+    "SweepReport",
+    "Trial",
+    "ViewInvariantError",
+    "ViewReport",
+    "check_isolation",
+    "check_view_invariants",
+    "faulty_count_view",
+    "faulty_factory",
+    "faulty_fit_output",
+    "freeze",
+    "mutate_view",
+    "run_cancelling_after_step",
+    "snapshot",
+    "step_sweep",
+    "sweep",
+)
+
+T = TypeVar("T")
+
+ERROR: Final = "error"
+"""Raise ``InjectedFault`` at the hit."""
+CANCEL: Final = "cancel"
+"""Cancel the plan's anyio ``CancelScope`` at the hit (delivered at the seam's checkpoint)."""
+NATIVE: Final = "native"
+"""``asyncio.current_task().cancel()`` at the hit (asyncio only; pierces anyio shields)."""
+FAULT_KINDS: Final = (ERROR, CANCEL, NATIVE)
+
+COMPACTION_EVENT: Final = "context:compaction"
+BUDGET_EVENT: Final = "context:budget"
+INGRESS_EVENT: Final = "context:tool_result_ingress_truncated"
+BOUNDARY_EVENTS: Final = frozenset({COMPACTION_EVENT, BUDGET_EVENT})
+"""Events delivered after the request's commit: a fault interrupting them keeps the commit."""
+
+CountView = Callable[[list[dict[str, Any]]], Awaitable[Any]]
+FitOutput = Callable[[list[dict[str, Any]], Any], Awaitable[Any]]
+Factory = Callable[[], Awaitable[str]]
+
+
+# -- fault plans ---------------------------------------------------------------------------
+
+
+class InjectedFault(Exception):
+    """The error a ``FaultPlan`` raises at its chosen hit."""
+
+    def __init__(self, label: str, hit: int) -> None:
+        super().__init__(f"injected fault at {label}#{hit}")
+        self.label = label
+        self.hit = hit
+
+
+@dataclass
+class FaultPlan:
+    """Counts seam hits; at hit ``fail_at`` raises or cancels (persistent: every later hit too).
+
+    ``fail_at=0`` never fires: that is the reference run. ``always`` maps seam labels to a
+    kind that fires at *every* hit with that label (compound faults: e.g. every hook
+    delivery fails while a count is cancelled). A disarmed plan neither counts nor fires
+    (use it while preparing a store), but its seams still checkpoint.
+    """
+
+    fail_at: int = 0
+    kind: str = ERROR
+    persistent: bool = False
+    scope: anyio.CancelScope | None = None
+    always: Mapping[str, str] = field(default_factory=dict)
+    armed: bool = True
+    hits: int = 0
+    labels: list[str] = field(default_factory=list)
+    fired: list[tuple[int, str, str]] = field(default_factory=list)
+    """``(hit, label, kind)`` of every hit that fired."""
+
+    def __post_init__(self) -> None:
+        unknown = {self.kind, *self.always.values()} - set(FAULT_KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kind(s) {sorted(unknown)}; use {FAULT_KINDS}")
+        if self.fail_at < 0:
+            raise ValueError(f"fail_at must be >= 0, got {self.fail_at}")
+
+    @property
+    def fired_label(self) -> str | None:
+        """The label of the first hit that fired."""
+        return self.fired[0][1] if self.fired else None
+
+    @property
+    def last_fired_label(self) -> str | None:
+        return self.fired[-1][1] if self.fired else None
+
+    def arm(self) -> None:
+        self.armed = True
+
+    def disarm(self) -> None:
+        self.armed = False
+
+    def _due(self, label: str) -> str | None:
+        if not self.armed:
+            return None
+        self.hits += 1
+        self.labels.append(label)
+        k = self.fail_at
+        if k and (self.hits == k or (self.persistent and self.hits > k)):
+            return self.kind
+        return self.always.get(label)
+
+    def hit_nowait(self, label: str) -> None:
+        """A synchronous seam (e.g. an ``is_cancelled`` predicate): fire without a checkpoint.
+
+        A cancellation requested here is delivered at the caller's next checkpoint.
+        """
+        kind = self._due(label)
+        if kind is None:
+            return
+        self.fired.append((self.hits, label, kind))
+        if kind == ERROR:
+            raise InjectedFault(label, self.hits)
+        if kind == CANCEL:
+            if self.scope is None:
+                raise RuntimeError("a cancelling FaultPlan needs its CancelScope (plan.scope)")
+            self.scope.cancel()
+            return
+        import asyncio
+
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            task = None
+        if task is None:
+            raise RuntimeError("native cancellation needs a running asyncio task")
+        task.cancel()
+
+    async def hit(self, label: str) -> None:
+        """An async seam: count the hit, fire if due, then checkpoint."""
+        self.hit_nowait(label)
+        await anyio.lowlevel.checkpoint()
+
+
+def faulty_count_view(plan: FaultPlan, inner: CountView, *, label: str = "count_view") -> CountView:
+    """``inner`` (an orchestrator's ``count_view``) with a seam hit before each call."""
+
+    async def count_view(view: list[dict[str, Any]]) -> Any:
+        await plan.hit(label)
+        return await inner(view)
+
+    return count_view
+
+
+def faulty_fit_output(plan: FaultPlan, inner: FitOutput, *, label: str = "fit_output") -> FitOutput:
+    """``inner`` (an orchestrator's ``fit_output``) with a seam hit before each call."""
+
+    async def fit_output(view: list[dict[str, Any]], attempt: Any) -> Any:
+        await plan.hit(label)
+        return await inner(view, attempt)
+
+    return fit_output
+
+
+def faulty_factory(plan: FaultPlan, prompt: str | Factory, *, label: str = "factory") -> Factory:
+    """A system prompt factory (returning ``prompt``, or awaiting it) with a seam hit."""
+
+    async def factory() -> str:
+        await plan.hit(label)
+        if isinstance(prompt, str):
+            return prompt
+        return await prompt()
+
+    return factory
+
+
+class FaultyHooks:
+    """A hook registry whose ``emit`` is a seam labelled ``emit:<event>``.
+
+    Records, synchronously and before the seam's checkpoint, every event whose delivery
+    *started*, and every delivery that *completed*; ``interrupted`` is the difference (a
+    fault or cancellation landed inside that delivery). ``inner`` (optional) is a real
+    registry to forward to (``register``/``unregister``/``emit``).
+    """
+
+    def __init__(self, plan: FaultPlan | None = None, inner: Any = None) -> None:
+        self.plan = plan
+        self.inner = inner
+        self.started: list[str] = []
+        self.completed: list[tuple[str, dict[str, Any]]] = []
+
+    def register(self, *args: Any, **kwargs: Any) -> Any:
+        register = getattr(self.inner, "register", None)
+        if callable(register):
+            return register(*args, **kwargs)
+        return lambda: None
+
+    async def emit(self, event: str, data: dict[str, Any]) -> Any:
+        self.started.append(event)
+        if self.plan is not None:
+            await self.plan.hit(f"emit:{event}")
+        else:
+            await anyio.lowlevel.checkpoint()
+        result: Any = None
+        emit = getattr(self.inner, "emit", None)
+        if callable(emit):
+            result = await emit(event, data)
+        self.completed.append((event, data))
+        return result
+
+    @property
+    def interrupted(self) -> list[str]:
+        """Events whose delivery started but did not complete (in start order)."""
+        done = Counter(event for event, _ in self.completed)
+        left: list[str] = []
+        for event in self.started:
+            if done[event]:
+                done[event] -= 1
+            else:
+                left.append(event)
+        return left
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        """Payloads of the completed deliveries of ``event``."""
+        return [data for name, data in self.completed if name == event]
+
+
+# -- snapshots -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenMap:
+    """An immutable, comparable mapping (what ``freeze`` turns a dict into)."""
+
+    items: tuple[tuple[Any, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Typed:
+    """A scalar whose type matters for equality (``True`` != ``1``, ``1.0`` != ``1``)."""
+
+    kind: str
+    value: str
+
+
+def freeze(value: object) -> object:
+    """A deep, immutable, exactly comparable copy of a JSON-like value.
+
+    Mappings become ``FrozenMap`` (order-insensitive), lists and tuples tuples, sets
+    frozensets; bools and floats keep their type (``nan`` equals ``nan``). Other objects
+    are kept as they are (compared with their own ``==``).
+    """
+    if isinstance(value, Mapping):
+        pairs = [(freeze(k), freeze(v)) for k, v in value.items()]
+        pairs.sort(key=lambda kv: repr(kv[0]))
+        return FrozenMap(tuple(pairs))
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, set | frozenset):
+        return frozenset(freeze(v) for v in value)
+    if isinstance(value, bool):
+        return _Typed("bool", repr(value))
+    if isinstance(value, float):
+        return _Typed("float", repr(value))
+    return value
+
+
+class Ref:
+    """Compares by identity: ``Ref(a) == Ref(b)`` iff ``a is b`` (keeps ``a`` alive)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Ref) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __repr__(self) -> str:
+        return f"Ref({type(self.obj).__name__}@{id(self.obj):#x})"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything observable a store operation may change, as immutable values.
+
+    ``==`` compares values; ``same_objects`` also compares the identity of the committed
+    decisions, stats and meter-stats objects (a request that raised must leave the very
+    same objects in place).
+    """
+
+    history: tuple[object, ...]
+    """``get_messages()`` contents (sequence ids and stamped timestamps included)."""
+    removed: frozenset[int]
+    truncated: frozenset[int]
+    stubbed: frozenset[int]
+    level: int
+    overrides: object
+    stats: object
+    meter: object
+    measured: int | None
+    version: tuple[int, int]
+    floor: object
+    decisions_ref: Ref = field(compare=False)
+    stats_ref: Ref = field(compare=False)
+    meter_ref: Ref = field(compare=False)
+
+    def same_objects(self, other: Snapshot) -> bool:
+        return (
+            self.decisions_ref == other.decisions_ref
+            and self.stats_ref == other.stats_ref
+            and self.meter_ref == other.meter_ref
+        )
+
+    def differences(self, other: Snapshot) -> list[str]:
+        """Names of the fields that differ (identity fields included)."""
+        return [f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]
+
+
+def snapshot(manager: SimpleContextManager) -> Snapshot:
+    """A comparable, immutable snapshot of ``manager``'s observable state."""
+    decisions = manager._decisions
+    stats = manager.last_compaction_stats
+    meter = manager.last_token_meter_stats
+    return Snapshot(
+        history=tuple(freeze(message) for message in manager.messages),
+        removed=frozenset(manager._removed_seqs),
+        truncated=frozenset(manager._truncated_seqs),
+        stubbed=frozenset(manager._stubbed_seqs),
+        level=manager._sticky_level,
+        overrides=freeze(dict(decisions.overrides)),
+        stats=freeze(stats),
+        meter=freeze(meter),
+        measured=manager._last_measured_prompt_tokens,
+        version=manager.version,
+        floor=freeze(manager._floor),
+        decisions_ref=Ref(decisions),
+        stats_ref=Ref(stats),
+        meter_ref=Ref(meter),
+    )
+
+
+# -- the reference model ---------------------------------------------------------------------
+
+
+_SEQ: Final = "_seq"
+
+
+class ReferenceStore:
+    """A model of the canonical history: what admission must have stored, in order.
+
+    It assumes no ingress clipping (keep tool results under ``max_tool_result_bytes``).
+    ``version`` models ``SimpleContextManager.version``: ``set_messages``/``clear`` move
+    both parts, a commit moves the second (call ``note_commit``).
+    """
+
+    def __init__(self) -> None:
+        self.messages: list[object] = []
+        self.stamped: list[bool] = []
+        self.epoch = 0
+        self.commits = 0
+
+    @property
+    def version(self) -> tuple[int, int]:
+        return self.epoch, self.commits
+
+    def add(self, message: Mapping[str, Any]) -> None:
+        """Model ``add_message`` (stamps a timestamp unless the metadata has one)."""
+        metadata = message.get("metadata")
+        has_time = isinstance(metadata, Mapping) and "timestamp" in metadata
+        self.messages.append(freeze(message))
+        self.stamped.append(not has_time)
+
+    def set(self, messages: Iterable[Mapping[str, Any]]) -> None:
+        """Model ``set_messages`` (no timestamps stamped)."""
+        self.messages = [freeze(m) for m in messages]
+        self.stamped = [False] * len(self.messages)
+        self.epoch += 1
+        self.commits += 1
+
+    def clear(self) -> None:
+        self.set(())
+
+    def note_commit(self) -> None:
+        self.commits += 1
+
+    def mismatches(self, stored: Sequence[Mapping[str, Any]]) -> list[str]:
+        """How ``stored`` (``manager.messages``) differs from the model; empty if it agrees."""
+        problems: list[str] = []
+        if len(stored) != len(self.messages):
+            problems.append(f"history has {len(stored)} messages, the model {len(self.messages)}")
+        for index, (message, expected, stamped) in enumerate(
+            zip(stored, self.messages, self.stamped, strict=False)
+        ):
+            metadata = message.get("metadata")
+            if not isinstance(metadata, Mapping) or metadata.get(_SEQ) != index:
+                problems.append(f"message {index}: metadata._seq is not {index}")
+                continue
+            rest = {k: v for k, v in metadata.items() if k != _SEQ}
+            if stamped and not isinstance(rest.pop("timestamp", None), str):
+                problems.append(f"message {index}: no admission timestamp")
+            shell = {k: v for k, v in message.items() if k != "metadata"}
+            model = cast(FrozenMap, expected)
+            given = dict(model.items)
+            given_metadata = given.pop("metadata", None)
+            if freeze(shell) != FrozenMap(tuple(sorted(given.items(), key=lambda kv: repr(kv[0])))):
+                problems.append(f"message {index}: stored message differs from the admitted one")
+            wanted = dict(given_metadata.items) if isinstance(given_metadata, FrozenMap) else {}
+            if freeze(rest) != FrozenMap(tuple(sorted(wanted.items(), key=lambda kv: repr(kv[0])))):
+                problems.append(f"message {index}: stored metadata differs from the admitted one")
+        return problems
+
+    def check(self, manager: SimpleContextManager) -> None:
+        """Raise ``AssertionError`` unless the manager's history and version agree."""
+        problems = self.mismatches(manager.messages)
+        if manager.version != self.version:
+            problems.append(f"version {manager.version} != model {self.version}")
+        if problems:
+            raise AssertionError("store disagrees with the model: " + "; ".join(problems))
+
+
+# -- the view oracle (RELIABILITY.md section 7) ---------------------------------------------
+
+
+_HIDDEN: Final = frozenset(
+    {
+        _SEQ,
+        "amplifier_public_message",
+        "amplifier_public_copy_source",
+        "amplifier_public_reference_only",
+    }
+)
+_NOTICE_SOURCE: Final = "context-compaction"
+
+
+class ViewInvariantError(AssertionError):
+    """A view broke an invariant of RELIABILITY.md section 7 (``item`` says which)."""
+
+    def __init__(self, item: int, code: str, detail: str) -> None:
+        super().__init__(f"view invariant {item} ({code}): {detail}")
+        self.item = item
+        self.code = code
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class ViewReport:
+    """What the oracle found in a valid view."""
+
+    systems: int
+    mapping: tuple[int, ...]
+    """History index of every non-system, non-notice view message, in view order."""
+    reduced: tuple[int, ...]
+    """History indexes shown in a reduced (truncated/stubbed) form."""
+    notice: bool
+    pending: frozenset[str]
+    """Call ids shown without results because the history has none."""
+
+
+def _get(obj: object, key: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def _valid_id(value: object) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _meta(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = message.get("metadata")
+    return value if isinstance(value, Mapping) else {}
+
+
+def _call_ids(message: Mapping[str, Any]) -> list[str]:
+    """Call ids an assistant message declares (all three formats), in order, unique."""
+    if message.get("role") != "assistant":
+        return []
+    ids: list[str] = []
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            value = _get(call, "id")
+            if not _valid_id(value):
+                value = _get(call, "tool_call_id")
+            if _valid_id(value):
+                ids.append(value)
+    content = message.get("content")
+    if isinstance(content, list):
+        ids.extend(
+            _get(block, "id")
+            for block in content
+            if _get(block, "type") in ("tool_use", "tool_call") and _valid_id(_get(block, "id"))
+        )
+    return list(dict.fromkeys(ids))
+
+
+def _result_blocks(message: Mapping[str, Any]) -> list[object]:
+    content = message.get("content")
+    if message.get("role") in ("assistant", "tool") or not isinstance(content, list):
+        return []
+    return [block for block in content if _get(block, "type") == "tool_result"]
+
+
+def _block_result_id(block: object) -> object:
+    value = _get(block, "tool_use_id")
+    return value if _valid_id(value) else _get(block, "tool_call_id")
+
+
+def _result_refs(message: Mapping[str, Any]) -> list[object]:
+    """The raw id of every result a message carries (possibly missing or not a string)."""
+    if message.get("role") == "tool":
+        return [message.get("tool_call_id")]
+    return [_block_result_id(block) for block in _result_blocks(message)]
+
+
+def _result_ids(message: Mapping[str, Any]) -> list[str]:
+    return [ref for ref in _result_refs(message) if isinstance(ref, str) and ref]
+
+
+def _only_results(message: Mapping[str, Any]) -> bool:
+    """A ``tool`` message, or a message whose content is nothing but tool results."""
+    if message.get("role") == "tool":
+        return True
+    content = message.get("content")
+    return (
+        message.get("role") != "assistant"
+        and isinstance(content, list)
+        and bool(content)
+        and len(_result_blocks(message)) == len(content)
+        and bool(_result_ids(message))
+    )
+
+
+def _is_human(message: Mapping[str, Any]) -> bool:
+    metadata = _meta(message)
+    return (
+        message.get("role") == "user"
+        and not metadata.get("ephemeral")
+        and metadata.get("source") not in ("hook", _NOTICE_SOURCE)
+        and not _only_results(message)
+    )
+
+
+def _is_envelope(message: Mapping[str, Any]) -> bool:
+    metadata = _meta(message)
+    return (
+        message.get("role") == "user"
+        and metadata.get("ephemeral") is True
+        and metadata.get("persisted") is True
+        and isinstance(message.get("content"), str)
+    )
+
+
+def _is_notice(message: Mapping[str, Any]) -> bool:
+    return (
+        message.get("role") == "user"
+        and _meta(message).get("source") == _NOTICE_SOURCE
+        and isinstance(message.get("content"), str)
+    )
+
+
+def _normal(message: Mapping[str, Any], *, drop_time: bool) -> dict[str, Any]:
+    """``message`` without store bookkeeping; empty or missing metadata read as absent."""
+    out = dict(message)
+    metadata = out.pop("metadata", None)
+    if isinstance(metadata, Mapping):
+        kept = {
+            k: v
+            for k, v in metadata.items()
+            if k not in _HIDDEN and not (drop_time and k == "timestamp")
+        }
+        if kept:
+            out["metadata"] = kept
+    elif metadata is not None:
+        out["metadata"] = metadata
+    return out
+
+
+def _same_message(shown: Mapping[str, Any], public: Mapping[str, Any]) -> bool:
+    """``shown`` is ``public`` as a view shows it (the store's timestamp may be absent)."""
+    drop_time = "timestamp" not in _meta(shown)
+    return _normal(shown, drop_time=False) == _normal(public, drop_time=drop_time)
+
+
+def _text_hint(content: object) -> str:
+    """The first words of a message's text (how a reduced form is traced to its source)."""
+    if isinstance(content, str):
+        return " ".join(content[:20].split())
+    return ""
+
+
+def _is_reduced_form(
+    shown: Mapping[str, Any], public: Mapping[str, Any], truncate_chars: int | None
+) -> bool:
+    note = _meta(shown).get("compaction")
+    form = _get(note, "form")
+    if form not in ("truncated", "stubbed"):
+        return False
+    shell = {k: v for k, v in shown.items() if k not in ("content", "metadata")}
+    if shell != {k: v for k, v in public.items() if k not in ("content", "metadata")}:
+        return False
+    shown_meta = {k: v for k, v in _meta(shown).items() if k != "compaction"}
+    drop_time = "timestamp" not in shown_meta
+    original = _normal(public, drop_time=drop_time).get("metadata", {})
+    if _normal({"metadata": shown_meta}, drop_time=False).get("metadata", {}) != original:
+        return False
+    before, after = public.get("content"), shown.get("content")
+    if form == "stubbed":
+        return (
+            public.get("role") == "user"
+            and isinstance(before, str)
+            and isinstance(after, str)
+            and _text_hint(before) in after
+        )
+    if not _only_results(public):
+        return False
+    if isinstance(before, str):
+        return isinstance(after, str) and (
+            truncate_chars is None or before[:truncate_chars] in after
+        )
+    if not (isinstance(before, list) and isinstance(after, list) and len(before) == len(after)):
+        return False
+    for old, new in zip(before, after, strict=True):
+        if old == new:
+            continue
+        if not (isinstance(old, Mapping) and isinstance(new, Mapping)):
+            return False
+        if {k: v for k, v in old.items() if k != "content"} != {
+            k: v for k, v in new.items() if k != "content"
+        }:
+            return False
+        inner, clipped = old.get("content"), new.get("content")
+        if not (isinstance(inner, str) and isinstance(clipped, str)):
+            return False
+        if truncate_chars is not None and inner[:truncate_chars] not in clipped:
+            return False
+    return True
+
+
+@dataclass
+class _Row:
+    index: int
+    public: dict[str, Any] | None
+    owners: dict[str, int]
+    """Result id -> index of the history message whose call it answers."""
+
+
+def _rows(history: Sequence[object]) -> list[_Row]:
+    """Provider-facing forms of the history: hidden keys and orphan results dropped."""
+    rows: list[_Row] = []
+    declared: dict[str, int] = {}
+    for index, message in enumerate(history):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            rows.append(_Row(index, None, {}))
+            continue
+        public: dict[str, Any] | None = dict(message)
+        owners = {rid: declared[rid] for rid in _result_ids(message) if rid in declared}
+        orphans = {rid for rid in _result_ids(message) if rid not in declared}
+        reference_only = _meta(message).get("amplifier_public_reference_only") is True
+        answers_nothing = bool(orphans) and (
+            message.get("role") == "tool" or (_only_results(message) and not owners)
+        )
+        if reference_only or answers_nothing:
+            public = None
+        elif orphans:
+            content = cast(list[object], message["content"])
+            kept = [
+                block
+                for block in content
+                if _get(block, "type") != "tool_result" or _block_result_id(block) not in orphans
+            ]
+            public = {**message, "content": kept}
+        for call_id in _call_ids(message):
+            declared[call_id] = index
+        rows.append(_Row(index, public, owners))
+    return rows
+
+
+def _json_ok(value: object) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+def _tail_is_safe(view: Sequence[Mapping[str, Any]]) -> bool:
+    answered: set[str] = set()
+    for message in reversed(view):
+        if _only_results(message):
+            answered.update(_result_ids(message))
+            continue
+        return all(call_id in answered for call_id in _call_ids(message))
+    return True
+
+
+def _embed(
+    body: Sequence[Mapping[str, Any]],
+    candidates: Sequence[_Row],
+    truncate_chars: int | None,
+    offset: int,
+    *,
+    reverse: bool,
+) -> tuple[list[int], list[int]] | ViewInvariantError:
+    """Map each view message to a history row, in order (greedy from the left or right).
+
+    Returns ``(mapping, reduced)`` (history indexes, in view order), or the error for the
+    first view message that is neither a history message nor a traceable reduced form.
+    """
+    order = range(len(body) - 1, -1, -1) if reverse else range(len(body))
+    rows = list(reversed(candidates)) if reverse else list(candidates)
+    mapping: list[int] = []
+    reduced: list[int] = []
+    cursor = 0
+    for position in order:
+        message = body[position]
+        while cursor < len(rows):
+            row = rows[cursor]
+            cursor += 1
+            assert row.public is not None
+            if _same_message(message, row.public):
+                mapping.append(row.index)
+                break
+            if _is_reduced_form(message, row.public, truncate_chars):
+                mapping.append(row.index)
+                reduced.append(row.index)
+                break
+        else:
+            return ViewInvariantError(
+                4,
+                "invented",
+                f"view[{offset + position}] is neither a history message (in order) nor a "
+                f"traceable reduced form of one: {message!r:.300}",
+            )
+    if reverse:
+        mapping.reverse()
+        reduced.reverse()
+    return mapping, reduced
+
+
+def _pairing(
+    rows: Sequence[_Row], mapping: Sequence[int], results_of: Mapping[tuple[int, str], list[int]]
+) -> frozenset[str] | ViewInvariantError:
+    """Pending call ids when every shown call has its results and every result its call."""
+    shown = set(mapping)
+    pending: set[str] = set()
+    for index in mapping:
+        row = rows[index]
+        assert row.public is not None
+        for call_id in _call_ids(row.public):
+            answers = results_of.get((index, call_id), [])
+            missing = [a for a in answers if a not in shown]
+            if not answers:
+                pending.add(call_id)
+            elif missing:
+                return ViewInvariantError(
+                    1,
+                    "call-without-results",
+                    f"call {call_id!r} of history[{index}] shown without its results {missing}",
+                )
+        for rid, owner in row.owners.items():
+            if owner not in shown:
+                return ViewInvariantError(
+                    1,
+                    "result-without-call",
+                    f"result {rid!r} of history[{index}] shown without its call (history[{owner}])",
+                )
+    return frozenset(pending)
+
+
+def check_view_invariants(
+    history: Sequence[object],
+    view: object,
+    *,
+    factory_text: str | None = None,
+    retained: Iterable[str] = (),
+    protected: Iterable[Mapping[str, Any]] = (),
+    truncate_chars: int | None = None,
+    canonical: Sequence[object] | None = None,
+) -> ViewReport:
+    """Raise ``ViewInvariantError`` unless ``view`` is a valid view of ``history``.
+
+    ``history`` is the canonical history: the messages as admitted (what the caller gave
+    ``add_message``/``set_messages``) or as stored (``get_messages()``; the store's ``_seq``
+    and admission timestamp are then allowed to be absent from the view). Items checked:
+
+    1. tool pairing by id, both ways, in all three formats: every result in the view has a
+       valid id whose call is declared by an earlier assistant message of the view; every
+       call shown has all of its history results shown, unless the history has none for it
+       (a pending call);
+    2. protected content, verbatim: system messages (or ``factory_text`` plus hook-sourced
+       system messages), the first and the latest human prompt, the newest envelope of
+       every ``retained`` body, and every message in ``protected``;
+    3. order: system messages first; the rest is a subsequence of the history, plus at
+       most one compaction notice at a tail where no call is left unanswered;
+    4. no invention: each message equals a history message (minus store bookkeeping) or is
+       a reduced form traceable to one (``metadata["compaction"]``); no ``_seq`` or
+       ``amplifier_public_*`` key leaks;
+    6. when ``canonical`` (the history read again after the call) is given, it equals
+       ``history``;
+    7. isolation: the view is a new list of new message and metadata dicts (no object of
+       ``history`` is shared, no message dict appears twice);
+    9. ``json.dumps(view)`` succeeds whenever ``json.dumps(history)`` does.
+    """
+
+    def fail(item: int, code: str, detail: str) -> ViewInvariantError:
+        return ViewInvariantError(item, code, detail)
+
+    if not isinstance(view, list):
+        raise fail(4, "not-a-list", f"a view must be a list, got {type(view).__name__}")
+    messages: list[Mapping[str, Any]] = []
+    for position, message in enumerate(view):
+        if not isinstance(message, dict):
+            raise fail(4, "not-a-dict", f"view[{position}] is {type(message).__name__}")
+        messages.append(message)
+
+    # 9: serialisable (for a serialisable history)
+    if _json_ok(list(history)) and not _json_ok(view):
+        raise fail(9, "json", "json.dumps(view) fails for a JSON-serialisable history")
+
+    # 4: no bookkeeping leaks
+    for position, message in enumerate(messages):
+        leaked = sorted(key for key in _meta(message) if key in _HIDDEN)
+        if leaked:
+            raise fail(4, "bookkeeping-leak", f"view[{position}] carries {leaked}")
+
+    # 7: isolation by identity
+    history_objects = {id(m) for m in history} | {
+        id(m.get("metadata")) for m in history if isinstance(m, Mapping) and m.get("metadata")
+    }
+    seen: set[int] = set()
+    if view is history:
+        raise fail(7, "shared-list", "the view is the history list itself")
+    for position, message in enumerate(messages):
+        metadata = message.get("metadata")
+        if id(message) in history_objects or (
+            isinstance(metadata, dict) and metadata and id(metadata) in history_objects
+        ):
+            raise fail(7, "shared-dict", f"view[{position}] shares a dict with the history")
+        if id(message) in seen:
+            raise fail(7, "repeated-dict", f"view[{position}] is the same dict as another")
+        seen.add(id(message))
+
+    # 3: system messages first
+    systems = 0
+    while systems < len(messages) and messages[systems].get("role") == "system":
+        systems += 1
+    late = [i for i in range(systems, len(messages)) if messages[i].get("role") == "system"]
+    if late:
+        raise fail(3, "system-late", f"system message at view[{late[0]}] after the conversation")
+
+    # 1: pairing by id, on the view alone
+    declared: set[str] = set()
+    for position, message in enumerate(messages):
+        for ref in _result_refs(message):
+            if not _valid_id(ref):
+                raise fail(1, "result-without-id", f"view[{position}] carries a result id {ref!r}")
+            if ref not in declared:
+                raise fail(1, "result-without-call", f"view[{position}] answers {ref!r} unseen")
+        declared.update(_call_ids(message))
+
+    rows = _rows(history)
+
+    # 2 + 3: the system block
+    stored_systems: list[Mapping[str, Any]] = [
+        r.public for r in rows if r.public is not None and r.public["role"] == "system"
+    ]
+    if factory_text is not None:
+        expected: list[Mapping[str, Any]] = [{"role": "system", "content": factory_text}]
+        expected += [s for s in stored_systems if _meta(s).get("source") == "hook"]
+    else:
+        expected = stored_systems
+    shown_systems = messages[:systems]
+    if len(shown_systems) != len(expected) or not all(
+        _same_message(a, b) for a, b in zip(shown_systems, expected, strict=False)
+    ):
+        raise fail(2, "systems", f"system block {shown_systems!r:.300} != {expected!r:.300}")
+
+    # 3 + 4: the notice, only at a safe tail
+    body = messages[systems:]
+    notice = (
+        bool(body)
+        and _is_notice(body[-1])
+        and not any(
+            r.public is not None and _is_notice(r.public) and _same_message(body[-1], r.public)
+            for r in rows
+        )
+    )
+    if notice:
+        body = body[:-1]
+        if not _tail_is_safe(messages[:-1]):
+            raise fail(3, "notice-unsafe", "compaction notice after an unanswered tool call")
+
+    # 3 + 4: a subsequence of the history, verbatim or a traceable reduced form. Equal
+    # messages (a duplicated row) make the embedding ambiguous, so pairing is judged on the
+    # leftmost and on the rightmost embedding; the view passes if either is consistent.
+    candidates = [r for r in rows if r.public is not None and r.public["role"] != "system"]
+    leftmost = _embed(body, candidates, truncate_chars, systems, reverse=False)
+    if isinstance(leftmost, ViewInvariantError):
+        raise leftmost
+    rightmost = _embed(body, candidates, truncate_chars, systems, reverse=True)
+    assert not isinstance(rightmost, ViewInvariantError)
+
+    # 1: pairing by id, through the embedding
+    results_of: dict[tuple[int, str], list[int]] = {}
+    for row in rows:
+        if row.public is not None:
+            for rid, owner in row.owners.items():
+                results_of.setdefault((owner, rid), []).append(row.index)
+    pairing = _pairing(rows, leftmost[0], results_of)
+    mapping, reduced = leftmost
+    if isinstance(pairing, ViewInvariantError):
+        second = _pairing(rows, rightmost[0], results_of)
+        if isinstance(second, ViewInvariantError):
+            raise pairing
+        pairing = second
+        mapping, reduced = rightmost
+    pending = pairing
+
+    # 2: protected content, verbatim
+    must: list[Mapping[str, Any]] = []
+    humans = [r.public for r in rows if r.public is not None and _is_human(r.public)]
+    if humans:
+        must += [humans[0], humans[-1]]
+    for text in retained:
+        envelopes = [
+            r.public
+            for r in rows
+            if r.public is not None and _is_envelope(r.public) and r.public["content"] == text
+        ]
+        if not envelopes:
+            raise fail(2, "retained-missing", f"no envelope in the history carries {text[:60]!r}")
+        must.append(envelopes[-1])
+    must += list(protected)
+    for message in must:
+        if not any(_same_message(shown_message, message) for shown_message in body):
+            raise fail(2, "protected", f"missing or altered: {message!r:.300}")
+
+    # 6: canonical unchanged
+    if canonical is not None and [freeze(m) for m in canonical] != [freeze(m) for m in history]:
+        raise fail(6, "canonical-changed", "the canonical history changed")
+
+    return ViewReport(
+        systems=systems,
+        mapping=tuple(mapping),
+        reduced=tuple(reduced),
+        notice=notice,
+        pending=pending,
+    )
+
+
+def mutate_view(view: list[dict[str, Any]]) -> None:
+    """Set, replace and delete keys of every view message and of its metadata; append one."""
+    for message in view:
+        message["content"] = "mutated"
+        message["injected"] = True
+        message.pop("tool_call_id", None)
+        metadata = message.get("metadata")
+        if isinstance(metadata, dict):
+            metadata["injected"] = True
+            metadata.pop("timestamp", None)
+            metadata.pop("source", None)
+        else:
+            message["metadata"] = {"injected": True}
+    view.append({"role": "user", "content": "appended"})
+
+
+async def check_isolation(
+    manager: SimpleContextManager,
+    view: list[dict[str, Any]],
+    next_view: Callable[[], Awaitable[list[dict[str, Any]]]],
+) -> None:
+    """Item 7: mutating ``view`` changes neither the history nor the next view.
+
+    ``next_view`` must rebuild the same view (e.g. the same request again).
+    """
+    before = snapshot(manager)
+    expected = freeze(view)
+    mutate_view(view)
+    if snapshot(manager) != before:
+        raise ViewInvariantError(7, "isolation", "mutating a view changed the store")
+    again = await next_view()
+    if freeze(again) != expected:
+        raise ViewInvariantError(7, "isolation", "mutating a view changed the next view")
+
+
+# -- sweeps ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Prepared(Generic[T]):
+    """A fresh store with its seams routed through a plan, and the operation to run."""
+
+    manager: SimpleContextManager
+    run: Callable[[], Awaitable[T]]
+    hooks: FaultyHooks | None = None
+    follow_up: Callable[[], Awaitable[object]] | None = None
+    """A clean retry after a run that raised and left the store unchanged."""
+
+
+Prepare = Callable[[FaultPlan], Awaitable[Prepared[T]]]
+
+
+@dataclass
+class Trial(Generic[T]):
+    """One run of an operation with a fault at hit (or step) ``k``."""
+
+    k: int
+    plan: FaultPlan
+    prepared: Prepared[T]
+    before: Snapshot
+    state: Snapshot | None = None
+    returned: bool = False
+    value: T | None = None
+    error: BaseException | None = None
+    cancelled: bool = False
+    expected: str = ""
+    """Which reference the oracle compared against: ``before`` or ``after``."""
+
+    @property
+    def interrupted(self) -> list[str]:
+        hooks = self.prepared.hooks
+        return hooks.interrupted if hooks is not None else []
+
+    def describe(self) -> str:
+        outcome = "returned" if self.returned else ("cancelled" if self.cancelled else "raised")
+        return (
+            f"k={self.k} kind={self.plan.kind} persistent={self.plan.persistent} "
+            f"fired={self.plan.fired} labels={self.plan.labels} outcome={outcome} "
+            f"error={self.error!r} interrupted={self.interrupted}"
+        )
+
+
+class SweepFailure(AssertionError):
+    """A sweep found a run whose outcome and store state disagree."""
+
+    def __init__(self, name: str, trial: Trial[Any], problem: str) -> None:
+        super().__init__(f"{name}: {problem}\n  {trial.describe()}")
+        self.trial = trial
+        self.problem = problem
+
+
+@dataclass
+class SweepReport:
+    """How many await points (or scheduler steps) a sweep enumerated, and what happened."""
+
+    name: str
+    mode: str
+    points: int
+    labels: list[str]
+    trials: int = 0
+    raised_before: int = 0
+    boundary: int = 0
+    returned: int = 0
+
+    def summary(self) -> str:
+        return (
+            f"{self.name} [{self.mode}]: {self.points} await points, {self.trials} faulted runs "
+            f"(raised->before {self.raised_before}, boundary->after {self.boundary}, "
+            f"returned->after {self.returned}) {self.labels}"
+        )
+
+
+def _judge(
+    name: str,
+    trial: Trial[Any],
+    after: Snapshot,
+    boundary: Collection[str],
+    expected_errors: tuple[type[BaseException], ...],
+) -> str:
+    """Check one finished trial against the oracle; return ``before``/``boundary``/``after``."""
+    state = trial.state
+    assert state is not None
+    if trial.returned:
+        if state != after:
+            raise SweepFailure(
+                name, trial, f"returned but store != no-fault after: {state.differences(after)}"
+            )
+        return "after"
+    if trial.error is not None and not isinstance(trial.error, expected_errors):
+        raise SweepFailure(name, trial, f"undocumented error type {type(trial.error).__name__}")
+    if any(event in boundary for event in trial.interrupted):
+        if state != after:
+            raise SweepFailure(
+                name,
+                trial,
+                "a fault interrupting a boundary delivery must keep the commit: store != "
+                f"no-fault after: {state.differences(after)}",
+            )
+        return "boundary"
+    if state != trial.before or not state.same_objects(trial.before):
+        raise SweepFailure(
+            name, trial, f"raised but store != before: {state.differences(trial.before)}"
+        )
+    return "before"
+
+
+async def _run_trial(trial: Trial[T]) -> None:  # noqa: ASYNC910 - the scope may absorb it
+    plan = trial.plan
+    run = trial.prepared.run
+    if plan.kind == NATIVE or NATIVE in plan.always.values():
+        import asyncio
+
+        async def body() -> T:
+            return await run()
+
+        task = asyncio.ensure_future(body())
+        await asyncio.wait([task])
+        if task.cancelled():
+            trial.cancelled = True
+        elif task.exception() is not None:
+            trial.error = task.exception()
+        else:
+            trial.value = task.result()
+            trial.returned = True
+        return
+    with anyio.CancelScope() as scope:
+        plan.scope = scope
+        try:
+            trial.value = await run()
+            trial.returned = True
+        except Exception as error:
+            trial.error = error
+    if not trial.returned and trial.error is None:
+        trial.cancelled = True
+
+
+async def sweep(
+    name: str,
+    prepare: Prepare[T],
+    *,
+    kind: str,
+    persistent: bool = False,
+    boundary: Collection[str] = BOUNDARY_EVENTS,
+    expected_errors: tuple[type[BaseException], ...] = (InjectedFault,),
+    always: Mapping[str, str] | None = None,
+    check: Callable[[Trial[T]], Awaitable[None]] | None = None,
+    max_points: int = 10_000,
+) -> SweepReport:
+    """Inject a fault at every await point of an operation; check each outcome.
+
+    ``prepare(plan)`` builds a fresh store whose seams go through ``plan`` and returns the
+    operation. The reference run (a plan that never fires) gives the expected ``after``
+    and the number N of seam hits; then for k = 1, 2, ... the operation runs with a fault
+    of ``kind`` at hit k (and every later hit when ``persistent``) until a run finishes
+    without reaching k, which must be k = N + 1. Oracle per run:
+
+    - returned -> the store equals the no-fault ``after`` (values);
+    - raised (an ``expected_errors`` error or a cancellation) with a ``boundary`` event's
+      delivery interrupted -> the store equals ``after`` (the commit stands);
+    - any other raise -> the store equals ``before`` (values and the same objects); then
+      ``follow_up`` (if any), run without faults, must reach ``after``.
+
+    ``check(trial)`` runs after every trial for caller-specific assertions (views, leaked
+    transactions). Raises ``SweepFailure`` at the first disagreement.
+    """
+    reference = await _reference(name, prepare, always)
+    after = reference.state
+    assert after is not None
+    labels = list(reference.plan.labels)
+    report = SweepReport(
+        name, f"{kind} {'persistent' if persistent else 'transient'}", len(labels), labels
+    )
+    for k in itertools.count(1):
+        if k > max_points + 1:
+            raise AssertionError(f"{name}: more than {max_points} await points")
+        plan = FaultPlan(k, kind, persistent, always=dict(always or {}))
+        prepared = await prepare(plan)
+        trial = Trial(k, plan, prepared, snapshot(prepared.manager))
+        await _run_trial(trial)
+        trial.state = snapshot(prepared.manager)
+        if plan.labels[: k - 1] != labels[: k - 1]:
+            raise SweepFailure(name, trial, f"seam order differs from the reference {labels}")
+        if not any(hit == k for hit, _, _ in plan.fired):
+            if k != len(labels) + 1:
+                raise SweepFailure(
+                    name, trial, f"reached no hit {k} but the reference had {labels}"
+                )
+            if trial.returned != reference.returned or trial.state != after:
+                raise SweepFailure(name, trial, "the unfaulted run differs from the reference")
+            if check is not None:
+                await check(trial)
+            break
+        report.trials += 1
+        verdict = _judge(name, trial, after, boundary, expected_errors)
+        trial.expected = "before" if verdict == "before" else "after"
+        if verdict == "before":
+            report.raised_before += 1
+        elif verdict == "boundary":
+            report.boundary += 1
+        else:
+            report.returned += 1
+        if check is not None:
+            await check(trial)
+        if verdict == "before" and prepared.follow_up is not None:
+            plan.disarm()
+            await prepared.follow_up()
+            state = snapshot(prepared.manager)
+            if state != after:
+                raise SweepFailure(
+                    name, trial, f"a clean retry did not reach after: {state.differences(after)}"
+                )
+    return report
+
+
+async def _reference(name: str, prepare: Prepare[T], always: Mapping[str, str] | None) -> Trial[T]:
+    plan = FaultPlan(always=dict(always or {}))
+    prepared = await prepare(plan)
+    trial = Trial(0, plan, prepared, snapshot(prepared.manager))
+    await _run_trial(trial)
+    trial.state = snapshot(prepared.manager)
+    if not trial.returned and trial.state != trial.before:
+        raise SweepFailure(name, trial, "the no-fault run raised and changed the store")
+    return trial
+
+
+# -- the trio step sweep (RELIABILITY.md T5) ------------------------------------------------------
+
+
+class StepCanceller:
+    """A trio ``Instrument``: cancels ``scope`` before the ``k``-th step of the watched task.
+
+    The watched task is any task whose parent nursery is ``nursery`` (set by
+    ``run_cancelling_after_step``). The cancellation is delivered at the task's next
+    checkpoint in that step, so k = 1, 2, ... reaches every checkpoint of the task -
+    seams, anyio-internal checkpoints and any await someone added outside the seams.
+    """
+
+    def __init__(self, k: int, scope: anyio.CancelScope) -> None:
+        self.k = k
+        self.scope = scope
+        self.steps = 0
+        self.nursery: object = None
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self.nursery is not None and task.parent_nursery is self.nursery:
+            self.steps += 1
+            if self.steps == self.k:
+                self.scope.cancel()
+
+
+@dataclass
+class StepRun(Generic[T]):
+    """The outcome of ``run_cancelling_after_step``."""
+
+    steps: int = 0
+    returned: bool = False
+    value: T | None = None
+    error: Exception | None = None
+    cancelled: bool = False
+
+
+async def run_cancelling_after_step(k: int, run: Callable[[], Awaitable[T]]) -> StepRun[T]:
+    """Run ``run()`` in its own trio task, cancelling it before its ``k``-th scheduler step.
+
+    anyio on the trio backend only. ``steps`` is how many steps the task took; when
+    ``steps < k`` the run finished before the cancellation was requested.
+    """
+    import trio
+
+    scope = anyio.CancelScope()
+    canceller = StepCanceller(k, scope)
+    outcome: StepRun[T] = StepRun()
+
+    async def worker() -> None:  # noqa: ASYNC910 - no extra step after the operation
+        with scope:
+            try:
+                outcome.value = await run()
+                outcome.returned = True
+            except Exception as error:
+                outcome.error = error
+        outcome.cancelled = scope.cancelled_caught
+
+    trio.lowlevel.add_instrument(cast("trio.abc.Instrument", canceller))
+    try:
+        async with trio.open_nursery() as nursery:
+            canceller.nursery = nursery
+            nursery.start_soon(worker)
+    finally:
+        trio.lowlevel.remove_instrument(cast("trio.abc.Instrument", canceller))
+    outcome.steps = canceller.steps
+    return outcome
+
+
+async def step_sweep(
+    name: str,
+    prepare: Prepare[T],
+    *,
+    boundary: Collection[str] = BOUNDARY_EVENTS,
+    expected_errors: tuple[type[BaseException], ...] = (),
+    check: Callable[[Trial[T]], Awaitable[None]] | None = None,
+    max_steps: int = 10_000,
+) -> SweepReport:
+    """``sweep``'s oracle over every scheduler step of the operation (trio backend).
+
+    The plan handed to ``prepare`` never fires (its seams only checkpoint); a trio
+    ``Instrument`` cancels the operation's task before its k-th step instead, for
+    k = 1, 2, ... until a run takes fewer than k steps.
+    """
+    reference = await _reference(name, prepare, None)
+    after = reference.state
+    assert after is not None
+    report = SweepReport(name, "trio steps", 0, list(reference.plan.labels))
+    for k in itertools.count(1):
+        if k > max_steps + 1:
+            raise AssertionError(f"{name}: more than {max_steps} steps")
+        plan = FaultPlan()
+        prepared = await prepare(plan)
+        trial = Trial(k, plan, prepared, snapshot(prepared.manager))
+        outcome = await run_cancelling_after_step(k, prepared.run)
+        trial.returned, trial.value = outcome.returned, outcome.value
+        trial.error, trial.cancelled = outcome.error, outcome.cancelled
+        trial.state = snapshot(prepared.manager)
+        if outcome.steps < k:
+            if trial.returned != reference.returned or trial.state != after:
+                raise SweepFailure(name, trial, "the uncancelled run differs from the reference")
+            report.points = k - 1
+            break
+        report.trials += 1
+        verdict = _judge(name, trial, after, boundary, expected_errors)
+        trial.expected = "before" if verdict == "before" else "after"
+        if verdict == "before":
+            report.raised_before += 1
+        elif verdict == "boundary":
+            report.boundary += 1
+        else:
+            report.returned += 1
+        if check is not None:
+            await check(trial)
+    return report
