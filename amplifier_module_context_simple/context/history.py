@@ -207,7 +207,10 @@ class History:
         else:
             public = public_form(capped, frozenset())
         tokens = estimate_message(public) if public is not None else 0
-        self._link(seq, info)
+        if public is not None:
+            # A message no view shows (a reference-only row, an orphan) declares and
+            # answers nothing: linking it would show a result whose call is never shown.
+            self._link(seq, info)
         if public is not None and info.is_human:
             if self.first_human is None:
                 self.first_human = seq

@@ -198,17 +198,26 @@ class Ladder:
             if index in protected or index in doomed:
                 continue
             info = item.info
-            if info.role == "user" and not info.is_result_carrier:
+            if self._is_user_turn(item):
                 continue  # user turns are stubbed, never removed by a pass
             if info.call_ids or info.result_ids:
                 members = groups.get(item.group, [index])
-                if item.group in self.incomplete_groups or any(m in protected for m in members):
-                    continue
+                if (
+                    item.group in self.incomplete_groups
+                    or any(m in protected for m in members)
+                    or any(self._is_user_turn(self.items[m]) for m in members)
+                ):
+                    continue  # a group holding a user's own words stays whole, in place
                 self._drop(members, doomed)
             else:
                 self._drop([index], doomed)
         self._compact(doomed)
         self._stub_pass(fraction)
+
+    @staticmethod
+    def _is_user_turn(item: Item) -> bool:
+        """A user message that is more than tool results (never removed by a pass)."""
+        return item.info.role == "user" and not item.info.is_result_carrier
 
     def _drop(self, indices: Iterable[int], doomed: set[int]) -> None:
         for index in indices:

@@ -51,6 +51,8 @@ _MISSING: Final = object()
 
 T = TypeVar("T")
 SystemPromptFactory = Callable[[], Awaitable[str]]
+FloorMark = tuple[int, int, int, int, int]
+"""(epoch, effective budget, target, floor tokens, history length) of a reported floor."""
 
 
 class _Setting(Generic[T]):
@@ -162,7 +164,7 @@ class SimpleContextManager:
         self._meter = TokenMeter()
         self._factory: SystemPromptFactory | None = None
         self._forms: dict[tuple[int, str, int], Form | None] = {}
-        self._floor: tuple[int, int, int, int] | None = None
+        self._floor: FloorMark | None = None
         self._renderer = Renderer()
         self._last_token_meter_stats: dict[str, Any] | None = None
         self._last_emitted_budget: dict[str, Any] | None = None
@@ -634,7 +636,7 @@ class SimpleContextManager:
 
     def _compact(
         self, plan: RequestPlan, before: Rendered
-    ) -> tuple[Decisions | None, tuple[int, int, int, int] | None]:
+    ) -> tuple[Decisions | None, FloorMark | None]:
         """Run the ladder for an ordinary/retaining request.
 
         Returns the staged decisions (None when the run changed nothing and has nothing
@@ -649,14 +651,7 @@ class SimpleContextManager:
         """
         target = self.ordinary_target(plan)
         floor = self._floor
-        regrowth = max(1, int(plan.effective * FLOOR_REGROWTH))
-        if (
-            floor is not None
-            and not plan.hard_fit
-            and floor[:3] == (plan.epoch, plan.effective, target)
-            and before.tokens < floor[3] + regrowth
-            and before.tokens <= plan.effective
-        ):
+        if floor is not None and not plan.hard_fit and self._floor_holds(floor, plan, before):
             return None, floor
         ladder = self.ladder_for(plan, plan.decisions, target=target, extra_protected=frozenset())
         ladder.climb()
@@ -669,7 +664,7 @@ class SimpleContextManager:
                 budget=target,
                 required=ladder.total,
             )
-        mark = (plan.epoch, plan.effective, target, ladder.total) if over else None
+        mark = (plan.epoch, plan.effective, target, ladder.total, plan.length) if over else None
         stats_before = plan.decisions.stats
         reported = stats_before is not None and stats_before.get("floor_tokens") is not None
         if ladder.changes == 0 and (not over or reported):
@@ -679,6 +674,21 @@ class SimpleContextManager:
         if over:
             self._warn_floor(stats, first=not reported)
         return dataclasses.replace(staged, stats=stats), mark
+
+    def _floor_holds(self, floor: FloorMark, plan: RequestPlan, before: Rendered) -> bool:
+        """Whether a reported floor still stands for this request (so the ladder is skipped).
+
+        It stands for the same history (a climb from a climb's result could otherwise
+        shrink the recent window again) and, as the history grows, until the view is
+        ``FLOOR_REGROWTH`` of the budget past the floor or past the budget itself.
+        """
+        epoch, effective, target, tokens, length = floor
+        if (epoch, effective, target) != (plan.epoch, plan.effective, self.ordinary_target(plan)):
+            return False
+        if length == plan.length:
+            return True
+        regrowth = max(1, int(plan.effective * FLOOR_REGROWTH))
+        return before.tokens < tokens + regrowth and before.tokens <= plan.effective
 
     def compaction_stats(
         self,
