@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
+
 ROOT = Path(__file__).resolve().parent.parent
+EXIT_CRASH_CODES = frozenset({134, 139, -6, -11})
 
 
 def test_conformance_suites_ran() -> None:
@@ -37,15 +40,31 @@ def test_conformance_suites_ran() -> None:
 
 
 def test_cli_validator_passes() -> None:
-    """`amplifier-core validate context <package dir>` accepts the package."""
+    """`amplifier-core validate context <package dir>` accepts the package.
+
+    The kernel may crash at interpreter exit after its hook runtime started (a known
+    amplifier-core trap: rc 139/134, or -11/-6 as a signal) even though validation itself
+    printed PASSED; such an exit is retried, any other failure is not.
+    """
     cli = Path(sys.executable).parent / "amplifier-core"
-    result = subprocess.run(
-        [str(cli), "validate", "context", str(ROOT / "amplifier_module_context_simple")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    for _ in range(3):
+        result = subprocess.run(
+            [str(cli), "validate", "context", str(ROOT / "amplifier_module_context_simple")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if result.returncode not in EXIT_CRASH_CODES:
+            break
     assert result.returncode == 0, result.stdout + result.stderr
     assert "PASSED" in result.stdout, result.stdout
+
+
+def test_validator_api_passes() -> None:
+    """The same validation in process, through ``ContextValidator``."""
+    from amplifier_core.validation import ContextValidator
+
+    outcome = anyio.run(ContextValidator().validate, str(ROOT / "amplifier_module_context_simple"))
+    assert outcome.passed, outcome.summary()
