@@ -17,42 +17,37 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Generic, Self, TypeVar
 
 import anyio.lowlevel
 
 from ..errors import RequiredContentTooLargeError, RetainedContentMissingError
 from .budget import derive_budget
+from .compaction import Compactor, FloorMark
 from .config import TOKEN_METER_ACTUAL, ContextConfig
 from .decisions import Decisions
 from .estimate import estimate_message
-from .forms import stubbed_form, truncated_form
 from .history import (
-    Entry,
     History,
     build_history,
     copy_message,
     validate_message,
 )
 from .ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip
-from .ladder import Form, Item, Ladder, LadderParams
+from .ladder import Ladder
 from .meter import TokenMeter
 from .notice import notice_message, tail_is_safe
+from .plan import RequestPlan
 from .render import Rendered, Renderer
 
 logger = logging.getLogger(__name__)
 
 COMPACTION_EVENT: Final = "context:compaction"
-FLOOR_REGROWTH: Final = 0.05
-"""How far (fraction of the budget) a view grows past a reported floor before re-running."""
 BUDGET_EVENT: Final = "context:budget"
 _MISSING: Final = object()
 
 T = TypeVar("T")
 SystemPromptFactory = Callable[[], Awaitable[str]]
-FloorMark = tuple[int, int, int, int, int]
-"""(epoch, effective budget, target, floor tokens, history length) of a reported floor."""
 
 
 class _Setting(Generic[T]):
@@ -72,24 +67,6 @@ class _Setting(Generic[T]):
     def __set__(self, obj: SimpleContextManager, value: T) -> None:
         changes: dict[str, Any] = {self.name: value}
         obj._config = dataclasses.replace(obj._config, **changes)
-
-
-@dataclass(frozen=True, slots=True)
-class RequestPlan:
-    """Everything one request decided before touching the view (an immutable snapshot)."""
-
-    provenance: dict[str, Any]
-    budget: int
-    effective: int
-    """The budget compaction works against: ``budget`` minus the notice reserve."""
-    factory_text: str | None
-    length: int
-    """Number of history entries the request sees."""
-    epoch: int
-    decisions: Decisions
-    protected: frozenset[int]
-    retained: bool
-    hard_fit: bool
 
 
 class SimpleContextManager:
@@ -163,8 +140,7 @@ class SimpleContextManager:
         self._commit_version = 0
         self._meter = TokenMeter()
         self._factory: SystemPromptFactory | None = None
-        self._forms: dict[tuple[int, str, int], Form | None] = {}
-        self._floor: FloorMark | None = None
+        self._compactor = Compactor(lambda: self._config)
         self._renderer = Renderer()
         self._last_token_meter_stats: dict[str, Any] | None = None
         self._last_emitted_budget: dict[str, Any] | None = None
@@ -275,8 +251,7 @@ class SimpleContextManager:
         self._epoch += 1
         self._decisions = Decisions()
         self._commit_version += 1
-        self._forms = {}
-        self._floor = None
+        self._compactor.reset()
 
     async def _report_clip(self, clip: IngressClip) -> None:
         delivered = await self._emit(INGRESS_EVENT, clip.payload())
@@ -383,9 +358,9 @@ class SimpleContextManager:
         should = plan.effective > 0 and used / plan.effective >= self._config.compact_threshold
         if (plan.retained or hard_fit) and estimated > plan.effective:
             should = True
-        floor = self._floor
+        floor = self._compactor.floor
         if should:
-            staged, floor = self._compact(plan, rendered)
+            staged, floor = self._compactor.compact(self._history, plan, rendered)
         decisions = staged if staged is not None else plan.decisions
         view = self.render(plan, decisions) if staged is not None else rendered
         shown = len(view.messages)
@@ -397,7 +372,7 @@ class SimpleContextManager:
         # -- commit boundary ----------------------------------------------------------
         if staged is not None:
             self.apply_decisions(staged)
-        self._floor = floor
+        self._compactor.floor = floor
         self._publish_meter(estimated, plan.effective)
         if new_stats and staged is not None and staged.stats is not None:
             await self._emit(COMPACTION_EVENT, staged.stats)
@@ -558,7 +533,7 @@ class SimpleContextManager:
             images_estimated=False,
         )
 
-    # -- compaction -----------------------------------------------------------------------
+    # -- compaction (see ``Compactor``) -----------------------------------------------------
 
     def ladder_for(
         self,
@@ -569,167 +544,22 @@ class SimpleContextManager:
         extra_protected: frozenset[int],
     ) -> Ladder:
         """A ``Ladder`` over the working view of ``plan`` under ``decisions``."""
-        history = self._history
-        entries = history.entries
-        protected = plan.protected | extra_protected
-        overrides = decisions.overrides
-        items: list[Item] = []
-        system_tokens = 0
-        if plan.factory_text is not None:
-            system_tokens += estimate_message({"role": "system", "content": plan.factory_text})
-        for index in range(plan.length):
-            entry = entries[index]
-            if entry.public is None:
-                continue
-            if entry.info.is_system:
-                if plan.factory_text is None or entry.info.is_hook_system:
-                    system_tokens += entry.tokens
-                continue
-            seq = entry.seq
-            message, tokens, form = entry.public, entry.tokens, "full"
-            if seq not in plan.protected:
-                override = overrides.get(seq, _MISSING)
-                if override is None:
-                    continue
-                if override is not _MISSING:
-                    message, tokens = override  # type: ignore[misc]
-                    form = "truncated" if seq in decisions.truncated else "stubbed"
-            items.append(Item(seq, entry.info, message, tokens, history.group_of(seq), form))
-        incomplete = frozenset(
-            history.group_of(seq) for seq, calls in history.unanswered.items() if calls
+        return self._compactor.ladder(
+            self._history, plan, decisions, target=target, extra_protected=extra_protected
         )
-        config = self._config
-        return Ladder(
-            items=items,
-            total=system_tokens + sum(item.tokens for item in items),
-            target=target,
-            protected=protected,
-            incomplete_groups=incomplete,
-            params=LadderParams(config.protected_recent, config.protected_tool_results),
-            truncate=self._truncated,
-            stub=self._stubbed,
-        )
-
-    def _truncated(self, item: Item) -> Form | None:
-        key = (item.seq, "truncated", self._config.truncate_chars)
-        if key not in self._forms:
-            entry = self._entry(item.seq)
-            assert entry.public is not None
-            self._forms[key] = truncated_form(entry.public, entry.tokens, key[2])
-        return self._forms[key]
-
-    def _stubbed(self, item: Item) -> Form | None:
-        key = (item.seq, "stubbed", 0)
-        if key not in self._forms:
-            entry = self._entry(item.seq)
-            assert entry.public is not None
-            self._forms[key] = stubbed_form(entry.public, entry.tokens)
-        return self._forms[key]
-
-    def _entry(self, seq: int) -> Entry:
-        return self._history.entries[seq]
 
     def ordinary_target(self, plan: RequestPlan) -> int:
-        if plan.hard_fit:
-            return plan.effective
-        return int(plan.effective * self._config.target_usage)
-
-    def _compact(
-        self, plan: RequestPlan, before: Rendered
-    ) -> tuple[Decisions | None, FloorMark | None]:
-        """Run the ladder for an ordinary/retaining request.
-
-        Returns the staged decisions (None when the run changed nothing and has nothing
-        new to report) and the floor mark to remember (None when the view fits).
-
-        No storms: when the protected floor alone is above the target, the first run
-        reports it (one ``context:compaction`` carrying ``floor_tokens``, one warning) and
-        that decision is reused. The ladder runs again only once the view has grown
-        ``FLOOR_REGROWTH`` of the budget past the reported floor, or past the budget
-        itself, so a growing session does not re-run the deepest level on every request
-        (and does not rewrite its cached prefix every turn). Hard-fit requests always run.
-        """
-        target = self.ordinary_target(plan)
-        floor = self._floor
-        if floor is not None and not plan.hard_fit and self._floor_holds(floor, plan, before):
-            return None, floor
-        ladder = self.ladder_for(plan, plan.decisions, target=target, extra_protected=frozenset())
-        ladder.climb()
-        over = not ladder.fits
-        if plan.hard_fit and over:
-            raise RequiredContentTooLargeError(
-                f"Hard-fit compaction cannot reach the budget: {ladder.total:,} estimated "
-                f"tokens remain above {target:,} after level {ladder.level}. "
-                "Required content was not discarded.",
-                budget=target,
-                required=ladder.total,
-            )
-        mark = (plan.epoch, plan.effective, target, ladder.total, plan.length) if over else None
-        stats_before = plan.decisions.stats
-        reported = stats_before is not None and stats_before.get("floor_tokens") is not None
-        if ladder.changes == 0 and (not over or reported):
-            return None, mark
-        staged = plan.decisions.merged(ladder)
-        stats = self.compaction_stats(plan, before, ladder, staged, target)
-        if over:
-            self._warn_floor(stats, first=not reported)
-        return dataclasses.replace(staged, stats=stats), mark
-
-    def _floor_holds(self, floor: FloorMark, plan: RequestPlan, before: Rendered) -> bool:
-        """Whether a reported floor still stands for this request (so the ladder is skipped).
-
-        It stands for the same history (a climb from a climb's result could otherwise
-        shrink the recent window again) and, as the history grows, until the view is
-        ``FLOOR_REGROWTH`` of the budget past the floor or past the budget itself.
-        """
-        epoch, effective, target, tokens, length = floor
-        if (epoch, effective, target) != (plan.epoch, plan.effective, self.ordinary_target(plan)):
-            return False
-        if length == plan.length:
-            return True
-        regrowth = max(1, int(plan.effective * FLOOR_REGROWTH))
-        return before.tokens < tokens + regrowth and before.tokens <= plan.effective
+        """The target of an ordinary request: the whole budget for hard fit."""
+        return self._compactor.target(plan)
 
     def compaction_stats(
-        self,
-        plan: RequestPlan,
-        before: Rendered,
-        ladder: Ladder,
-        staged: Decisions,
-        target: int,
+        self, plan: RequestPlan, before: Rendered, ladder: Ladder, staged: Decisions, target: int
     ) -> dict[str, Any]:
-        system_count = before.system_count
-        config = self._config
-        return {
-            "before_tokens": before.tokens,
-            "after_tokens": ladder.total,
-            "before_messages": len(before.messages),
-            "after_messages": system_count + len(ladder.items),
-            "messages_removed": len(staged.removed),
-            "messages_truncated": len(staged.truncated),
-            "user_messages_stubbed": len(staged.stubbed),
-            "system_messages_preserved": system_count,
-            "strategy_level": staged.level,
-            "budget": plan.effective,
-            "target_tokens": target,
-            "protected_recent": config.protected_recent,
-            "protected_tool_results": config.protected_tool_results,
-            "floor_tokens": ladder.total if not ladder.fits else None,
-            "changes": ladder.changes,
-        }
+        return self._compactor.stats(plan, before, ladder, staged, target)
 
-    def _warn_floor(self, stats: Mapping[str, Any], *, first: bool) -> None:
-        """Warn once per floor episode; later floor runs of the episode log at INFO."""
-        (logger.warning if first else logger.info)(
-            "context-simple: compaction finished above its target at level %d: %s tokens "
-            "remain for a target of %s (budget %s). The protected floor (system prompt, "
-            "first and latest request, retained reminders, recent tool results) is larger "
-            "than the target; this decision is kept until the history changes.",
-            stats["strategy_level"],
-            f"{stats['after_tokens']:,}",
-            f"{stats['target_tokens']:,}",
-            f"{stats['budget']:,}",
-        )
+    @property
+    def _floor(self) -> FloorMark | None:
+        return self._compactor.floor
 
     def apply_decisions(self, decisions: Decisions) -> None:
         """Commit ``decisions`` (synchronous; the caller checked the version)."""

@@ -30,7 +30,8 @@ from .transaction import RequestTransaction, TxnEvent, TxnState
 
 if TYPE_CHECKING:
     from ..context.decisions import Decisions
-    from ..context.manager import RequestPlan, SimpleContextManager
+    from ..context.manager import SimpleContextManager
+    from ..context.plan import RequestPlan
 
 CountView = Callable[[list[dict[str, Any]]], Awaitable[Any]]
 FitOutput = Callable[[list[dict[str, Any]], Any], Awaitable[Any]]

@@ -1,0 +1,222 @@
+"""Running the ladder for a request, and what that remembers between requests.
+
+``Compactor`` builds a ``Ladder`` over a request's working view, runs it for ordinary,
+retaining and hard-fit requests, and keeps two things between requests: the reduced
+forms it has computed (a cache by sequence id; entries never change) and the mark of a
+reported protected floor (the storm guard). It never touches the committed decisions: it
+returns staged ones, and the store commits them at its commit boundary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from ..errors import RequiredContentTooLargeError
+from .config import ContextConfig
+from .decisions import Decisions
+from .estimate import estimate_message
+from .forms import stubbed_form, truncated_form
+from .history import History
+from .ladder import Form, Item, Ladder, LadderParams
+from .plan import RequestPlan
+from .render import Rendered
+
+logger = logging.getLogger(__name__)
+
+FLOOR_REGROWTH: Final = 0.05
+"""How far (fraction of the budget) a view grows past a reported floor before re-running."""
+
+FloorMark = tuple[int, int, int, int, int]
+"""(epoch, effective budget, target, floor tokens, history length) of a reported floor."""
+
+_MISSING: Final = object()
+
+
+class Compactor:
+    """Ladder runs for one store; ``config`` returns the store's current configuration."""
+
+    def __init__(self, config: Callable[[], ContextConfig]) -> None:
+        self._config = config
+        self._forms: dict[tuple[int, str, int], Form | None] = {}
+        self.floor: FloorMark | None = None
+        """The mark of the last reported protected floor, or None."""
+
+    def reset(self) -> None:
+        """Forget everything (the history was replaced or cleared)."""
+        self._forms = {}
+        self.floor = None
+
+    def ladder(
+        self,
+        history: History,
+        plan: RequestPlan,
+        decisions: Decisions,
+        *,
+        target: int,
+        extra_protected: frozenset[int],
+    ) -> Ladder:
+        """A ``Ladder`` over the working view of ``plan`` under ``decisions``."""
+        entries = history.entries
+        protected = plan.protected | extra_protected
+        overrides = decisions.overrides
+        items: list[Item] = []
+        system_tokens = 0
+        if plan.factory_text is not None:
+            system_tokens += estimate_message({"role": "system", "content": plan.factory_text})
+        for index in range(plan.length):
+            entry = entries[index]
+            if entry.public is None:
+                continue
+            if entry.info.is_system:
+                if plan.factory_text is None or entry.info.is_hook_system:
+                    system_tokens += entry.tokens
+                continue
+            seq = entry.seq
+            message, tokens, form = entry.public, entry.tokens, "full"
+            if seq not in plan.protected:
+                override = overrides.get(seq, _MISSING)
+                if override is None:
+                    continue
+                if override is not _MISSING:
+                    message, tokens = override  # type: ignore[misc]
+                    form = "truncated" if seq in decisions.truncated else "stubbed"
+            items.append(Item(seq, entry.info, message, tokens, history.group_of(seq), form))
+        incomplete = frozenset(
+            history.group_of(seq) for seq, calls in history.unanswered.items() if calls
+        )
+        config = self._config()
+        return Ladder(
+            items=items,
+            total=system_tokens + sum(item.tokens for item in items),
+            target=target,
+            protected=protected,
+            incomplete_groups=incomplete,
+            params=LadderParams(config.protected_recent, config.protected_tool_results),
+            truncate=lambda item: self._truncated(history, item),
+            stub=lambda item: self._stubbed(history, item),
+        )
+
+    def _truncated(self, history: History, item: Item) -> Form | None:
+        key = (item.seq, "truncated", self._config().truncate_chars)
+        if key not in self._forms:
+            entry = history.entries[item.seq]
+            assert entry.public is not None
+            self._forms[key] = truncated_form(entry.public, entry.tokens, key[2])
+        return self._forms[key]
+
+    def _stubbed(self, history: History, item: Item) -> Form | None:
+        key = (item.seq, "stubbed", 0)
+        if key not in self._forms:
+            entry = history.entries[item.seq]
+            assert entry.public is not None
+            self._forms[key] = stubbed_form(entry.public, entry.tokens)
+        return self._forms[key]
+
+    def target(self, plan: RequestPlan) -> int:
+        """The target of an ordinary request: the whole budget for hard fit."""
+        if plan.hard_fit:
+            return plan.effective
+        return int(plan.effective * self._config().target_usage)
+
+    def compact(
+        self, history: History, plan: RequestPlan, before: Rendered
+    ) -> tuple[Decisions | None, FloorMark | None]:
+        """Run the ladder for an ordinary/retaining request.
+
+        Returns the staged decisions (None when the run changed nothing and has nothing
+        new to report) and the floor mark to remember (None when the view fits).
+
+        No storms: when the protected floor alone is above the target, the first run
+        reports it (one ``context:compaction`` carrying ``floor_tokens``, one warning) and
+        that decision is reused. The ladder runs again only once the view has grown
+        ``FLOOR_REGROWTH`` of the budget past the reported floor, or past the budget
+        itself, so a growing session does not re-run the deepest level on every request
+        (and does not rewrite its cached prefix every turn). Hard-fit requests always run.
+        """
+        target = self.target(plan)
+        floor = self.floor
+        if floor is not None and not plan.hard_fit and self._floor_holds(floor, plan, before):
+            return None, floor
+        ladder = self.ladder(
+            history, plan, plan.decisions, target=target, extra_protected=frozenset()
+        )
+        ladder.climb()
+        over = not ladder.fits
+        if plan.hard_fit and over:
+            raise RequiredContentTooLargeError(
+                f"Hard-fit compaction cannot reach the budget: {ladder.total:,} estimated "
+                f"tokens remain above {target:,} after level {ladder.level}. "
+                "Required content was not discarded.",
+                budget=target,
+                required=ladder.total,
+            )
+        mark = (plan.epoch, plan.effective, target, ladder.total, plan.length) if over else None
+        stats_before = plan.decisions.stats
+        reported = stats_before is not None and stats_before.get("floor_tokens") is not None
+        if ladder.changes == 0 and (not over or reported):
+            return None, mark
+        staged = plan.decisions.merged(ladder)
+        stats = self.stats(plan, before, ladder, staged, target)
+        if over:
+            self._warn_floor(stats, first=not reported)
+        return dataclasses.replace(staged, stats=stats), mark
+
+    def _floor_holds(self, floor: FloorMark, plan: RequestPlan, before: Rendered) -> bool:
+        """Whether a reported floor still stands for this request (so the ladder is skipped).
+
+        It stands for the same history (a climb from a climb's result could otherwise
+        shrink the recent window again) and, as the history grows, until the view is
+        ``FLOOR_REGROWTH`` of the budget past the floor or past the budget itself.
+        """
+        epoch, effective, target, tokens, length = floor
+        if (epoch, effective, target) != (plan.epoch, plan.effective, self.target(plan)):
+            return False
+        if length == plan.length:
+            return True
+        regrowth = max(1, int(plan.effective * FLOOR_REGROWTH))
+        return before.tokens < tokens + regrowth and before.tokens <= plan.effective
+
+    def stats(
+        self,
+        plan: RequestPlan,
+        before: Rendered,
+        ladder: Ladder,
+        staged: Decisions,
+        target: int,
+    ) -> dict[str, Any]:
+        """The ``context:compaction`` payload for ``staged`` (counts are cumulative)."""
+        system_count = before.system_count
+        config = self._config()
+        return {
+            "before_tokens": before.tokens,
+            "after_tokens": ladder.total,
+            "before_messages": len(before.messages),
+            "after_messages": system_count + len(ladder.items),
+            "messages_removed": len(staged.removed),
+            "messages_truncated": len(staged.truncated),
+            "user_messages_stubbed": len(staged.stubbed),
+            "system_messages_preserved": system_count,
+            "strategy_level": staged.level,
+            "budget": plan.effective,
+            "target_tokens": target,
+            "protected_recent": config.protected_recent,
+            "protected_tool_results": config.protected_tool_results,
+            "floor_tokens": ladder.total if not ladder.fits else None,
+            "changes": ladder.changes,
+        }
+
+    def _warn_floor(self, stats: Mapping[str, Any], *, first: bool) -> None:
+        """Warn once per floor episode; later floor runs of the episode log at INFO."""
+        (logger.warning if first else logger.info)(
+            "context-simple: compaction finished above its target at level %d: %s tokens "
+            "remain for a target of %s (budget %s). The protected floor (system prompt, "
+            "first and latest request, retained reminders, recent tool results) is larger "
+            "than the target; this decision is kept until the history changes.",
+            stats["strategy_level"],
+            f"{stats['after_tokens']:,}",
+            f"{stats['target_tokens']:,}",
+            f"{stats['budget']:,}",
+        )

@@ -1,0 +1,26 @@
+"""What one request decided before it touched the view: an immutable snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .decisions import Decisions
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPlan:
+    """Everything one request decided before touching the view (an immutable snapshot)."""
+
+    provenance: dict[str, Any]
+    budget: int
+    effective: int
+    """The budget compaction works against: ``budget`` minus the notice reserve."""
+    factory_text: str | None
+    length: int
+    """Number of history entries the request sees."""
+    epoch: int
+    decisions: Decisions
+    protected: frozenset[int]
+    retained: bool
+    hard_fit: bool
