@@ -369,7 +369,7 @@ class SimpleContextManager:
             notice_tokens = estimate_message(messages[-1]) if len(messages) > shown else 0
             self.check_final_fit(plan, view.tokens + notice_tokens)
         new_stats = staged is not None and staged.stats is not plan.decisions.stats
-        # -- commit boundary ----------------------------------------------------------
+        # -- commit boundary: the request stands once its first event delivery starts ------
         if staged is not None:
             self.apply_decisions(staged)
         self._compactor.floor = floor

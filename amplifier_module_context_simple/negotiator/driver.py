@@ -278,10 +278,13 @@ class Negotiation:
                 ratio = last.count / last.own_estimate
             if last.count <= self.target and not last.oversize:
                 return self._finish(ladder, staged, initial, last, "target_reached")
-        if pending:
+        if pending:  # the last changed rung was predicted above target; count it anyway
             last = await self.count(staged)
             if not last.usable:
                 return self._recount_unavailable(initial)
+            assert last.count is not None
+            if last.count <= self.target and not last.oversize:
+                return self._finish(ladder, staged, initial, last, "target_reached")
         if last.oversize:
             return await self._fit(ladder, staged, initial, last)
         if not self.txn.has_changes:
@@ -418,7 +421,6 @@ async def negotiate(
     )
     negotiation = Negotiation(store, plan, count_view, fit_output)
     result = await negotiation.run()
-    store.publish_measured(negotiation.final_estimate, plan.effective, result["measured_after"])
     try:
         await store.emit_budget(plan.provenance)
     except BaseException:
@@ -426,6 +428,9 @@ async def negotiate(
         if transaction is not None:
             transaction.rollback()
         raise
+    # The return boundary: nothing awaits after this, so a request that raised above
+    # leaves the meter stats of the last request that returned.
+    store.publish_measured(negotiation.final_estimate, plan.effective, result["measured_after"])
     return result
 
 
