@@ -121,7 +121,19 @@ def carried_result_ids(message: Mapping[str, Any]) -> tuple[tuple[str, ...], boo
                 ids.append(call_id)
         else:
             only_results = False
-    return tuple(dict.fromkeys(ids)), bool(ids) and only_results
+    return tuple(dict.fromkeys(ids)), only_results
+
+
+def has_anonymous_results(message: Mapping[str, Any]) -> bool:
+    """Whether a message carries a tool result that names no call (it answers nothing)."""
+    if message.get("role") == "tool":
+        return not carried_result_ids(message)[0]
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        block_type(block) in _RESULT_BLOCK_TYPES
+        and block_id(block, "tool_use_id", "tool_call_id") is None
+        for block in content
+    )
 
 
 def classify(message: Mapping[str, Any]) -> MessageInfo:

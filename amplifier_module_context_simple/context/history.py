@@ -25,6 +25,7 @@ from .classify import (
     block_id,
     block_type,
     classify,
+    has_anonymous_results,
 )
 from .estimate import estimate_message
 from .ingress import IngressClip, cap_tool_result
@@ -94,6 +95,11 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
         isinstance(calls, list) and all(isinstance(c, Mapping) for c in calls)
     ):
         raise InvalidMessageError("'tool_calls' must be a list of dicts when present", index=index)
+    call_id = message.get("tool_call_id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise InvalidMessageError(
+            f"'tool_call_id' must be a string, got {type(call_id).__name__}", index=index
+        )
     for call in calls or ():
         for key in ("id", "tool_call_id"):
             if call.get(key) is not None and not isinstance(call.get(key), str):
@@ -133,12 +139,14 @@ def public_form(admitted: Mapping[str, Any], drop_results: frozenset[str]) -> di
         message["metadata"] = {
             k: v for k, v in metadata.items() if k != SEQ_KEY and k not in PUBLIC_METADATA_KEYS
         }
-    if drop_results:
+    if isinstance(admitted.get("content"), list) and (
+        drop_results or has_anonymous_results(admitted)
+    ):
         message["content"] = [
             block
             for block in admitted["content"]
             if block_type(block) != "tool_result"
-            or block_id(block, "tool_use_id", "tool_call_id") not in drop_results
+            or block_id(block, "tool_use_id", "tool_call_id") not in drop_results | {None}
         ]
     return message
 
@@ -195,15 +203,17 @@ class History:
         stored = {**capped, "metadata": metadata}
         info = classify(stored)
         # Everything that can fail happens before the first mutation of the history.
+        # Results that answer no earlier call (orphans, or results naming no call at all)
+        # never reach a view: a provider rejects a result without its call.
         orphans = frozenset(i for i in info.result_ids if i not in self._call_owner)
-        if info.reference_only or (
-            orphans and info.is_result_carrier and len(orphans) == len(info.result_ids)
-        ):
+        anonymous = has_anonymous_results(capped)
+        public: dict[str, Any] | None
+        if info.reference_only or (info.is_result_carrier and orphans == set(info.result_ids)):
             public = None
-        elif orphans and isinstance(capped.get("content"), list):
+        elif (orphans or anonymous) and isinstance(capped.get("content"), list):
             public = public_form(capped, orphans)
-        elif orphans:
-            public = None  # a ``tool`` message answering nothing
+            if not public["content"]:
+                public = None
         else:
             public = public_form(capped, frozenset())
         tokens = estimate_message(public) if public is not None else 0

@@ -33,7 +33,7 @@ from .history import (
     copy_message,
     validate_message,
 )
-from .ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip
+from .ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip, cap_tool_result
 from .ladder import Ladder
 from .meter import TokenMeter
 from .notice import notice_message, tail_is_safe
@@ -211,13 +211,14 @@ class SimpleContextManager:
             InvalidMessageError: not a dict, no string role, or malformed fields; nothing
                 is admitted.
         """
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await anyio.lowlevel.checkpoint()
         validate_message(message)
-        _, clip = self._history.admit(
-            message, max_tool_result_bytes=self._config.max_tool_result_bytes, stamp_time=True
-        )
+        cap = self._config.max_tool_result_bytes
+        capped, clip = cap_tool_result(message, cap)
         if clip is not None:
+            # Reported before admission: a cancelled delivery admits nothing.
             await self._report_clip(clip)
+        self._history.admit(capped, max_tool_result_bytes=cap, stamp_time=True)
 
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
         """Replace the history (session resume). Sticky decisions are reset.
@@ -226,22 +227,22 @@ class SimpleContextManager:
         validated first: a bad message raises ``InvalidMessageError`` naming its index and
         the previous history stays.
         """
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await anyio.lowlevel.checkpoint()
         history, clips = build_history(
             messages, max_tool_result_bytes=self._config.max_tool_result_bytes
         )
-        self._reset(history)
-        for clip in clips:
+        for clip in clips:  # reported before the swap: a cancelled delivery replaces nothing
             await self._report_clip(clip)
+        self._reset(history)
 
     async def get_messages(self) -> list[dict[str, Any]]:
         """The full canonical history: a new list of copies of the admitted messages."""
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await anyio.lowlevel.checkpoint()
         return self.messages
 
     async def clear(self) -> None:
         """Empty the history and the sticky decisions, and forget the meter reading."""
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await anyio.lowlevel.checkpoint()
         self._reset(History())
         self._last_token_meter_stats = None
         self._meter.reset()
@@ -375,7 +376,7 @@ class SimpleContextManager:
         self._compactor.floor = floor
         self._publish_meter(estimated, plan.effective)
         if new_stats and staged is not None and staged.stats is not None:
-            await self._emit(COMPACTION_EVENT, staged.stats)
+            await self._emit(COMPACTION_EVENT, dict(staged.stats))
         await self.emit_budget(plan.provenance)
         return messages
 
@@ -394,7 +395,7 @@ class SimpleContextManager:
         The snapshot is taken after the factory's await, so it is current for the
         synchronous work that follows.
         """
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await anyio.lowlevel.checkpoint()
         config = self._config
         provenance = derive_budget(
             token_budget=token_budget,
@@ -604,8 +605,8 @@ class SimpleContextManager:
     # -- events -----------------------------------------------------------------------------
 
     async def deliver_compaction(self, stats: dict[str, Any]) -> None:
-        """Deliver ``context:compaction`` for a committed decision."""
-        await self._emit(COMPACTION_EVENT, stats)
+        """Deliver ``context:compaction`` for a committed decision (a copy of its stats)."""
+        await self._emit(COMPACTION_EVENT, dict(stats))
 
     async def emit_budget(self, provenance: dict[str, Any]) -> None:
         """Emit ``context:budget`` when the provenance differs from the last one emitted.

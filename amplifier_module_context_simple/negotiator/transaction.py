@@ -213,8 +213,8 @@ class RequestTransaction:
         cancelled during that delivery. A raising ``is_cancelled`` propagates and leaves
         the transaction READY (the caller may still roll it back).
         """
-        # The last cancellation check: from here to the commit step nothing awaits.
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        # The last checkpoint: from here to the commit step nothing awaits.
+        await anyio.lowlevel.checkpoint()
         if self._state is TxnState.COMMITTED:
             return True
         if self._state is TxnState.ROLLED_BACK:

@@ -388,9 +388,12 @@ async def test_block_event_payload_via_real_hooks() -> None:
 
 @pytest.mark.anyio
 async def test_non_string_identity_fields_are_not_reported() -> None:
-    """Only string identity fields are reported; anything else becomes None."""
+    """Only string identity fields are reported; anything else becomes None.
+
+    (A non-string ``tool_call_id`` is rejected at admission, so only ``name`` can be junk.)
+    """
     _, hooks = await admit(
-        {"role": "tool", "name": {"x": 1}, "tool_call_id": 7, "content": "q" * (CAP + 1)}
+        {"role": "tool", "name": {"x": 1}, "tool_call_id": None, "content": "q" * (CAP + 1)}
     )
     (payload,) = hooks.named(EVENT)
     assert payload["tool_name"] is None
