@@ -18,8 +18,8 @@ synchronous. So a test can enumerate every await point of an operation:
   snapshot and the number of await points), then once per await point with a fault
   there, and checks the outcome against the store: an operation that raised left the
   store exactly as before (same values, same objects), except when the fault interrupted a
-  *boundary delivery* (``context:compaction``/``context:budget``, which start after the
-  request's commit) - then the store equals the no-fault ``after``; an operation that
+  *boundary delivery* (an event delivered after the operation's commit, see
+  ``BOUNDARY_EVENTS``) - then the store equals the no-fault ``after``; an operation that
   returned equals ``after``;
 - ``step_sweep`` does the same with a trio ``Instrument`` that cancels after the task's
   k-th scheduler step, which also covers awaits that are *not* seams (anyio on trio only);
@@ -100,7 +100,10 @@ COMPACTION_EVENT: Final = "context:compaction"
 BUDGET_EVENT: Final = "context:budget"
 INGRESS_EVENT: Final = "context:tool_result_ingress_truncated"
 BOUNDARY_EVENTS: Final = frozenset({COMPACTION_EVENT, BUDGET_EVENT})
-"""Events delivered after the request's commit: a fault interrupting them keeps the commit."""
+"""Events an ordinary or hard-fit request delivers after its commit: a fault interrupting
+them keeps the commit. For ``RequestTransaction.commit`` use ``{COMPACTION_EVENT}``; the
+negotiated view commits nothing and delivers ``context:budget`` before its return boundary,
+so use an empty set (a fault anywhere leaves the store as before)."""
 
 CountView = Callable[[list[dict[str, Any]]], Awaitable[Any]]
 FitOutput = Callable[[list[dict[str, Any]], Any], Awaitable[Any]]
@@ -501,11 +504,13 @@ _NOTICE_SOURCE: Final = "context-compaction"
 class ViewInvariantError(AssertionError):
     """A view broke an invariant of RELIABILITY.md section 7 (``item`` says which)."""
 
-    def __init__(self, item: int, code: str, detail: str) -> None:
+    def __init__(self, item: int, code: str, detail: str, position: int | None = None) -> None:
         super().__init__(f"view invariant {item} ({code}): {detail}")
         self.item = item
         self.code = code
         self.detail = detail
+        self.position = position
+        """Index of the offending view message, when one message is at fault."""
 
 
 @dataclass(frozen=True)
@@ -869,8 +874,8 @@ def check_view_invariants(
     9. ``json.dumps(view)`` succeeds whenever ``json.dumps(history)`` does.
     """
 
-    def fail(item: int, code: str, detail: str) -> ViewInvariantError:
-        return ViewInvariantError(item, code, detail)
+    def fail(item: int, code: str, detail: str, position: int | None = None) -> ViewInvariantError:
+        return ViewInvariantError(item, code, detail, position)
 
     if not isinstance(view, list):
         raise fail(4, "not-a-list", f"a view must be a list, got {type(view).__name__}")
@@ -920,9 +925,11 @@ def check_view_invariants(
     for position, message in enumerate(messages):
         for ref in _result_refs(message):
             if not _valid_id(ref):
-                raise fail(1, "result-without-id", f"view[{position}] carries a result id {ref!r}")
+                detail = f"view[{position}] carries a result id {ref!r}"
+                raise fail(1, "result-without-id", detail, position)
             if ref not in declared:
-                raise fail(1, "result-without-call", f"view[{position}] answers {ref!r} unseen")
+                detail = f"view[{position}] answers {ref!r} unseen"
+                raise fail(1, "result-without-call", detail, position)
         declared.update(_call_ids(message))
 
     rows = _rows(history)
@@ -1120,8 +1127,9 @@ class SweepReport:
     returned: int = 0
 
     def summary(self) -> str:
+        unit = "scheduler steps" if self.mode == "trio steps" else "await points"
         return (
-            f"{self.name} [{self.mode}]: {self.points} await points, {self.trials} faulted runs "
+            f"{self.name} [{self.mode}]: {self.points} {unit}, {self.trials} faulted runs "
             f"(raised->before {self.raised_before}, boundary->after {self.boundary}, "
             f"returned->after {self.returned}) {self.labels}"
         )
@@ -1260,7 +1268,13 @@ async def sweep(
             await check(trial)
         if verdict == "before" and prepared.follow_up is not None:
             plan.disarm()
-            await prepared.follow_up()
+            try:
+                await prepared.follow_up()
+                retried = True
+            except expected_errors:
+                retried = False
+            if retried != reference.returned:
+                raise SweepFailure(name, trial, "a clean retry ended unlike the reference run")
             state = snapshot(prepared.manager)
             if state != after:
                 raise SweepFailure(

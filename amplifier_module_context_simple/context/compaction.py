@@ -84,8 +84,15 @@ class Compactor:
                     message, tokens = override  # type: ignore[misc]
                     form = "truncated" if seq in decisions.truncated else "stubbed"
             items.append(Item(seq, entry.info, message, tokens, history.group_of(seq), form))
+        # A group is complete only if its results are inside the request's snapshot: a
+        # result admitted after it (a negotiation awaits between plan and ladder) is not in
+        # this view, so its call must not be removed as if it were answered here.
         incomplete = frozenset(
             history.group_of(seq) for seq, calls in history.unanswered.items() if calls
+        ) | frozenset(
+            history.group_of(entry.seq)
+            for entry in entries[plan.length :]
+            if entry.info.result_ids or entry.info.call_ids
         )
         config = self._config()
         return Ladder(

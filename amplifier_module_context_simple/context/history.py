@@ -107,6 +107,14 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
     if isinstance(content, list):
         for position, block in enumerate(content):
             _validate_block(block, position, index)
+        if role == "system" and any(
+            block_type(block) in ("tool_result", "tool_use", "tool_call") for block in content
+        ):
+            # system messages are hoisted to the front of every view: a tool block there
+            # would stand before the call it answers (or answer nothing)
+            raise InvalidMessageError(
+                "a system message cannot carry tool_use/tool_result blocks", index=index
+            )
     return message
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..context.config import TOKEN_METER_ACTUAL
 from ..context.estimate import estimate_message
 from ..context.ladder import RUNG_COUNT, Ladder
-from ..errors import ContextLengthError, CountContractError
+from ..errors import ContextLengthError, CountContractError, TransactionConflictError
 from .transaction import RequestTransaction, TxnEvent, TxnState
 
 if TYPE_CHECKING:
@@ -172,11 +172,27 @@ class Negotiation:
         self.txn.fire(TxnEvent.COUNT)
         envelope = await self.count_view(view)
         self.count_calls += 1
+        self.check_snapshot()
         count, estimated, limit, source = read_decision(envelope)
         self.txn.fire(TxnEvent.RECORD)
         attempt = Attempt(view, envelope, count, estimated, limit, source, own)
         self.attempts.append(attempt)
         return attempt
+
+    def check_snapshot(self) -> None:
+        """Stop, typed, when the history was replaced while a seam was awaited.
+
+        The plan is a snapshot of a history prefix; ``set_messages`` or ``clear`` during a
+        count invalidates it (appends do not: the prefix is unchanged).
+
+        Raises:
+            TransactionConflictError: the store's history epoch moved; nothing is staged.
+        """
+        if self.store.version[0] != self.plan.epoch:
+            raise TransactionConflictError(
+                "the context history was replaced (set_messages or clear) while this "
+                "request was being counted; nothing was applied"
+            )
 
     # -- stats and results ----------------------------------------------------------
 
@@ -326,6 +342,7 @@ class Negotiation:
             )
         self.txn.fire(TxnEvent.FIT)
         fitted = await self.fit_output(last.view, last.envelope)
+        self.check_snapshot()
         if fitted is None:
             raise ContextLengthError(
                 f"{CANNOT_FIT[:-1]}; required content was not discarded (no output reduction fits)."

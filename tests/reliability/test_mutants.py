@@ -1,0 +1,415 @@
+"""Testing the tests (RELIABILITY T14): one planted mutant per harness, which it must catch.
+
+Each test monkeypatches one deliberate bug into the package, runs the harness unchanged
+against it, and asserts that the harness reports a failure (and, where it matters, that a
+weaker harness does not - which is why both exist):
+
+==========================  ===============================================  ===============
+harness                     planted mutant                                   caught by
+==========================  ===============================================  ===============
+T1 sweep (commit)           commit delivers ``context:compaction`` first     anyio cancel
+T1 sweep (commit)           commit applies before its cancellation check     anyio cancel
+T1 sweep (ordinary)         the ordinary path awaits again after its commit  anyio cancel
+T1/T2 sweep (negotiated)    the driver does not roll back on BaseException   ledger check
+T4 native sweep             commit delivers first inside an anyio shield     native only
+T5 step sweep               an await outside the seams before delivery       trio steps only
+T3 compound                 the driver replaces the original error           error typing
+T6 bad values               count validation removed                         result check
+T8 state machine            an illegal event mutates before raising          h11 rule
+T9 properties               pairing by adjacency instead of by id            invariant 1
+T9 properties               the view builder leaks ``_seq``                  invariant 4
+T10 properties              admission validation removed                     error typing
+T12 concurrency             commit ignores the store version                 first wins
+T13 checkpoints             entries only check for cancellation (no yield)   assert_checkpoints
+==========================  ===============================================  ===============
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import run_state_machine_as_test
+
+import amplifier_module_context_simple.context.history as history_module
+import amplifier_module_context_simple.context.manager as manager_module
+import amplifier_module_context_simple.negotiator.driver as driver_module
+from amplifier_module_context_simple import SimpleContextManager
+from amplifier_module_context_simple.context.ladder import Ladder
+from amplifier_module_context_simple.context.render import Rendered
+from amplifier_module_context_simple.errors import (
+    CountContractError,
+    TransactionConflictError,
+    TransactionStateError,
+)
+from amplifier_module_context_simple.negotiator.driver import Negotiation
+from amplifier_module_context_simple.negotiator.transaction import (
+    TRANSITIONS,
+    RequestTransaction,
+    TxnEvent,
+    TxnState,
+)
+from amplifier_module_context_simple.testing import (
+    CANCEL,
+    ERROR,
+    NATIVE,
+    FaultPlan,
+    Prepared,
+    SweepFailure,
+    ViewInvariantError,
+    step_sweep,
+)
+from tests.reliability.harness import EXAMPLES, build, checker, track_transactions
+from tests.reliability.machine import StoreMachine
+from tests.reliability.operations import OPERATION, boundary, run_sweep
+from tests.reliability.scenarios import (
+    cases,
+    concurrent_negotiations,
+    configs,
+    corrupted_scenario,
+    measured_store,
+    negotiate_and_judge,
+    proportional,
+    scenario,
+)
+from tests.reliability.strategies import corrupted
+
+COMMIT = OPERATION["commit/target-reached"]
+ORDINARY = OPERATION["ordinary/compacting"]
+MEASURED = OPERATION["measured/target-reached"]
+SEARCH = settings(
+    max_examples=300,
+    database=None,
+    derandomize=True,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],  # no shrinking: we only need "it fails"
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@pytest.fixture(autouse=True)
+def _keep_the_summary_clean() -> Any:
+    """Mutant runs do not count toward the examples reported for the real properties."""
+    saved = EXAMPLES.copy()
+    yield
+    EXAMPLES.clear()
+    EXAMPLES.update(saved)
+
+
+def finds_failure(strategy: Any, body: Any) -> BaseException | None:
+    """Run ``body(example)`` (async) over ``strategy`` like a property; return the failure."""
+
+    @SEARCH
+    @given(example=strategy)
+    def prop(example: Any) -> None:
+        anyio.run(body, example)
+
+    try:
+        prop()
+    except Exception as error:
+        return error
+    return None
+
+
+# -- T1/T2/T4: the sweeps ------------------------------------------------------------------------
+
+
+async def commit_delivering_first(self: RequestTransaction, *, is_cancelled: Any = None) -> bool:
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    if self.state is TxnState.COMMITTED:
+        return True
+    if self.state is TxnState.ROLLED_BACK:
+        return False
+    if is_cancelled is not None and is_cancelled():
+        self.rollback()
+        return False
+    stats = self.staged.stats
+    if self.has_changes and stats is not None:
+        await self._store.deliver_compaction(stats)  # MUTANT: delivered before applying
+    try:
+        self.apply()
+    except TransactionConflictError:
+        return False
+    return True
+
+
+async def commit_applying_first(self: RequestTransaction, *, is_cancelled: Any = None) -> bool:
+    if self.state is TxnState.READY:
+        try:
+            self.apply()  # MUTANT: applied before the cancellation check
+        except TransactionConflictError:
+            return False
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    if is_cancelled is not None and is_cancelled():
+        return False
+    stats = self.staged.stats
+    if self.has_changes and stats is not None:
+        await self._store.deliver_compaction(stats)
+    return self.state is TxnState.COMMITTED
+
+
+async def commit_shielded_delivery_first(
+    self: RequestTransaction, *, is_cancelled: Any = None
+) -> bool:
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    if self.state is not TxnState.READY:
+        return self.state is TxnState.COMMITTED
+    if is_cancelled is not None and is_cancelled():
+        self.rollback()
+        return False
+    stats = self.staged.stats
+    if self.has_changes and stats is not None:
+        with anyio.CancelScope(shield=True):  # MUTANT: "safe" because shielded...
+            await self._store.deliver_compaction(stats)
+    try:
+        self.apply()
+    except TransactionConflictError:
+        return False
+    return True
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "mutant", [commit_delivering_first, commit_applying_first], ids=["deliver-first", "apply-first"]
+)
+async def test_the_commit_sweep_catches_a_misordered_commit(
+    mutant: Any, monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    await run_sweep(COMMIT, None, CANCEL, False)  # the real commit passes
+    monkeypatch.setattr(RequestTransaction, "commit", mutant)
+    with pytest.raises(SweepFailure, match="store"):
+        await run_sweep(COMMIT, None, CANCEL, False)
+
+
+@pytest.mark.anyio
+async def test_the_ordinary_sweep_catches_an_await_after_the_commit(
+    monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    original = SimpleContextManager.get_messages_for_request
+
+    async def awaits_after_commit(
+        self: SimpleContextManager, token_budget: Any = None, provider: Any = None
+    ) -> list[dict[str, Any]]:
+        view = await original(self, token_budget=token_budget, provider=provider)
+        if self._factory is not None:
+            await self._factory()  # MUTANT: an await after the commit, outside delivery
+        return view
+
+    monkeypatch.setattr(SimpleContextManager, "get_messages_for_request", awaits_after_commit)
+    with pytest.raises(SweepFailure, match="raised but store != before"):
+        await run_sweep(ORDINARY, None, CANCEL, False)
+
+
+@pytest.mark.anyio
+async def test_the_negotiation_sweep_catches_a_missing_rollback(
+    monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    async def run_without_rollback(self: Negotiation) -> dict[str, Any]:
+        return await self._run()  # MUTANT: no rollback on BaseException
+
+    monkeypatch.setattr(Negotiation, "run", run_without_rollback)
+    with pytest.raises(AssertionError, match="state=COUNTING"):
+        await run_sweep(MEASURED, None, CANCEL, False)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_only_the_native_sweep_catches_a_shielded_delivery_before_the_commit(
+    monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    """RELIABILITY section 2: native ``Task.cancel()`` pierces anyio shields."""
+    monkeypatch.setattr(RequestTransaction, "commit", commit_shielded_delivery_first)
+    await run_sweep(COMMIT, None, CANCEL, False)  # the shield fools the anyio sweep
+    with pytest.raises(SweepFailure, match="boundary delivery must keep the commit"):
+        await run_sweep(COMMIT, None, NATIVE, False)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_only_the_step_sweep_catches_an_await_outside_the_seams(
+    monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    original = SimpleContextManager._emit
+
+    async def emit_after_a_pause(self: SimpleContextManager, event: str, data: Any) -> bool:
+        await anyio.lowlevel.checkpoint()  # MUTANT: an await between commit and delivery
+        return await original(self, event, data)
+
+    monkeypatch.setattr(SimpleContextManager, "_emit", emit_after_a_pause)
+    await run_sweep(ORDINARY, None, CANCEL, False)  # invisible to the seam sweep
+    with track_transactions() as ledger:
+
+        async def prepare(plan: FaultPlan) -> Prepared[Any]:
+            return await build(ORDINARY, plan, ledger)
+
+        with pytest.raises(SweepFailure, match="raised but store != before"):
+            await step_sweep(
+                ORDINARY.name, prepare, boundary=boundary(ORDINARY), check=checker(ORDINARY, ledger)
+            )
+
+
+# -- T3 and T6 ------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_compound_harness_catches_a_replaced_error(
+    monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    async def run_replacing_errors(self: Negotiation) -> dict[str, Any]:
+        try:
+            return await self._run()
+        except BaseException as error:
+            self.txn.rollback()
+            raise CountContractError("negotiation failed") from error  # MUTANT
+
+    monkeypatch.setattr(Negotiation, "run", run_replacing_errors)
+    with pytest.raises(SweepFailure, match="undocumented error type CountContractError"):
+        await run_sweep(MEASURED, None, ERROR, False)
+
+
+@pytest.mark.anyio
+async def test_the_bad_value_harness_catches_missing_count_validation(
+    monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    monkeypatch.setattr(driver_module, "_non_negative_int", lambda value: value)  # MUTANT
+    caught: list[str] = []
+    for value in (True, -1, 1.5, "12", None):
+
+        async def count_view(view: list[dict[str, Any]], value: Any = value) -> Any:
+            envelope = proportional(0.3)(view)
+            envelope["budget_decision"]["measurement"]["input_tokens"] = value
+            envelope["budget_decision"]["estimated_input_tokens"] = value
+            return envelope
+
+        try:
+            await negotiate_and_judge(await measured_store(), count_view)
+        except Exception as error:
+            caught.append(f"{value!r}: {type(error).__name__}")
+    assert caught, "the mutant slipped through every bad count"
+
+
+# -- T8 -------------------------------------------------------------------------------------------
+
+
+def test_the_state_machine_catches_an_illegal_event_with_an_effect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original = RequestTransaction.fire
+
+    def fire_with_effect(self: RequestTransaction, event: TxnEvent) -> TxnState:
+        if event not in TRANSITIONS[self.state]:
+            self._staged = self._base  # MUTANT: an effect before the legality error
+        return original(self, event)
+
+    monkeypatch.setattr(RequestTransaction, "fire", fire_with_effect)
+    with pytest.raises(AssertionError, match="an illegal event changed"):
+        run_state_machine_as_test(
+            StoreMachine, settings=settings(SEARCH, max_examples=200, stateful_step_count=25)
+        )
+
+
+# -- T9/T10 ---------------------------------------------------------------------------------------
+
+
+def adjacency_groups(self: Ladder) -> dict[int, list[int]]:
+    """MUTANT: a result belongs to the call right before it (or it is alone), not by id."""
+    groups: dict[int, list[int]] = {}
+    owner: int | None = None
+    for index, item in enumerate(self.items):
+        info = item.info
+        if info.call_ids:
+            owner = item.seq
+            item.group = owner
+        elif info.is_result_carrier and owner is not None:
+            item.group = owner
+        else:
+            owner = None
+            item.group = item.seq
+        if info.call_ids or info.result_ids:
+            groups.setdefault(item.group, []).append(index)
+    return groups
+
+
+def test_the_view_properties_catch_pairing_by_adjacency(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Ladder, "_groups", adjacency_groups)
+    failure = finds_failure(cases(), scenario)
+    assert isinstance(failure, ViewInvariantError) and failure.item == 1, failure
+
+
+def test_the_view_properties_catch_a_leaked_sequence_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = SimpleContextManager.render
+
+    def leaking_render(self: SimpleContextManager, plan: Any, decisions: Any) -> Rendered:
+        rendered = original(self, plan, decisions)
+        for position, message in enumerate(rendered.messages):
+            if message.get("role") != "system":  # MUTANT: bookkeeping reaches the view
+                message["metadata"] = {**(message.get("metadata") or {}), "_seq": position}
+        return rendered
+
+    monkeypatch.setattr(SimpleContextManager, "render", leaking_render)
+    failure = finds_failure(cases(), scenario)
+    assert isinstance(failure, ViewInvariantError) and failure.code == "bookkeeping-leak", failure
+
+
+def test_the_corruption_properties_catch_missing_validation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_validation(message: object, index: int | None = None) -> Any:
+        return message  # MUTANT: admission trusts its input
+
+    monkeypatch.setattr(history_module, "validate_message", no_validation)
+    monkeypatch.setattr(manager_module, "validate_message", no_validation)
+    examples = st.tuples(corrupted(), st.booleans(), configs, st.floats(0.02, 1.2))
+
+    async def body(example: Any) -> None:
+        data, via_add, config, fraction = example
+        await corrupted_scenario(data, via_add, config, fraction, [])
+
+    failure = finds_failure(examples, body)
+    assert isinstance(failure, AttributeError | KeyError | IndexError | TypeError), failure
+
+
+# -- T12 ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_concurrency_harness_catches_a_commit_without_version_check(
+    monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    def apply_unchecked(self: RequestTransaction) -> None:
+        if TxnEvent.COMMIT not in TRANSITIONS[self.state]:
+            raise TransactionStateError(TxnEvent.COMMIT.value, self.state.name)
+        if self.has_changes:  # MUTANT: no version check
+            self._store.apply_decisions(self.staged)
+        self.fire(TxnEvent.COMMIT)
+
+    arguments = ([[0], [1, 0], [2]], [0, 1, 2, 3], [0.3, 0.5, 0.3, 0.3])
+    await concurrent_negotiations(*arguments)  # the real commit passes
+    monkeypatch.setattr(RequestTransaction, "apply", apply_unchecked)
+    with pytest.raises(AssertionError, match="commits won"):
+        await concurrent_negotiations(*arguments)
+
+
+# -- T13 ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_the_checkpoint_harness_catches_a_cancel_point_without_a_yield(
+    monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    import trio.testing
+
+    manager = SimpleContextManager()
+    await manager.set_messages([{"role": "user", "content": "hello"}])
+    with trio.testing.assert_checkpoints():
+        await manager.get_messages_for_request()  # the real entry is a full checkpoint
+    # MUTANT: every entry checkpoint becomes a bare cancellation check (only the manager
+    # runs inside the block: no factory, no hooks)
+    monkeypatch.setattr(anyio.lowlevel, "checkpoint", anyio.lowlevel.checkpoint_if_cancelled)
+    with pytest.raises(AssertionError, match="did not yield"), trio.testing.assert_checkpoints():
+        await manager.get_messages_for_request()
