@@ -26,7 +26,6 @@ from amplifier_module_context_simple.testing import (
     Prepared,
     SweepReport,
     Trial,
-    ViewInvariantError,
     check_view_invariants,
     faulty_count_view,
     faulty_factory,
@@ -397,32 +396,9 @@ def hsettings(**overrides: Any) -> Any:
     )
 
 
-def known_defect(error: ViewInvariantError, view: Any) -> str | None:
-    """The name of the known defect ``error`` shows, if any.
-
-    Each has its own strict-xfail regression test in test_defects.py; a junk history that
-    trips one is counted, not failed, so the searches keep exploring. Remove an entry when
-    its fix lands (the xfail then turns XPASS(strict) and says so).
-    """
-    shown = view[error.position] if error.position is not None else None
-    if (
-        error.code == "result-without-call"
-        and isinstance(shown, dict)
-        and shown.get("role") == "system"
-    ):
-        return "a system message carrying tool results is hoisted before its call"
-    return None
-
-
 def check_known(history: Sequence[Any], view: Any, **kwargs: Any) -> Any:
-    """``check_view_invariants`` tolerating the known defects; also ``json.dumps``."""
-    try:
-        report = check_view_invariants(history, view, **kwargs)
-    except ViewInvariantError as error:
-        name = known_defect(error, view)
-        if name is None:
-            raise
-        EXAMPLES[f"known defect tolerated: {name}"] += 1
-        return None
+    """``check_view_invariants`` plus ``json.dumps`` (strict: every defect this suite found
+    has been fixed and has its regression test in test_defects.py)."""
+    report = check_view_invariants(history, view, **kwargs)
     json.dumps(view)
     return report

@@ -29,7 +29,6 @@ from hypothesis import strategies as st
 from amplifier_module_context_simple.errors import TransactionConflictError
 from amplifier_module_context_simple.negotiator.transaction import RequestTransaction, TxnState
 from amplifier_module_context_simple.testing import (
-    ViewInvariantError,
     check_view_invariants,
     snapshot,
 )
@@ -58,22 +57,6 @@ async def test_concurrent_negotiations_first_commit_wins(
 ) -> None:
     EXAMPLES["T12 concurrent negotiations"] += 1
     await concurrent_negotiations(waits, commit_waits, scales)
-
-
-KNOWN_RACE_DEFECT = "result-without-call"
-"""A result admitted while a negotiation's count is in flight can lose its call once that
-negotiation commits (strict xfail: test_defects.py::
-test_a_result_admitted_during_a_count_never_loses_its_call). Views that trip exactly this,
-for a racing round's result, are counted, not failed, so the race keeps being explored."""
-
-
-def check_racing(history: list[dict[str, Any]], view: Any) -> None:
-    try:
-        check_view_invariants(history, view)
-    except ViewInvariantError as error:
-        if error.code != KNOWN_RACE_DEFECT or "race_" not in error.detail:
-            raise
-        EXAMPLES["T12 known defect tolerated: result admitted during a count"] += 1
 
 
 def prefix_of(history: list[dict[str, Any]], view: Any, low: int, high: int, **kw: Any) -> int:
@@ -155,7 +138,7 @@ async def test_requests_racing_admissions_see_a_real_prefix(
             assert snapshot(manager) == before and snapshot(manager).same_objects(before)
             EXAMPLES["T12 racing commits in conflict"] += 1
     final = await manager.get_messages_for_request(token_budget=budgets[0])
-    check_racing(history, final)
+    check_view_invariants(history, final)
 
 
 @pytest.mark.anyio

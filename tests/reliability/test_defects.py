@@ -1,8 +1,8 @@
 """Regression tests for defects the reliability suite found.
 
-Each test states the contract it checks and carries a minimal reproduction. Defects not
-fixed yet are strict xfails: when a fix lands the xfail turns into a failure
-("XPASS(strict)"); remove the marker then (and its entry in ``harness.known_defect``).
+Each test states the contract it checks and carries a minimal reproduction. A defect not
+fixed yet is a strict xfail (``reason="BUG: ..."``): when its fix lands the xfail turns into
+a failure ("XPASS(strict)"); remove the marker then. All of them are fixed today.
 """
 
 from __future__ import annotations
