@@ -1126,6 +1126,17 @@ class SweepReport:
     boundary: int = 0
     returned: int = 0
 
+    def record(self, trial: Any, verdict: str) -> None:
+        """Tally one faulted run and note on ``trial`` which state it was judged against."""
+        self.trials += 1
+        trial.expected = "before" if verdict == "before" else "after"
+        if verdict == "before":
+            self.raised_before += 1
+        elif verdict == "boundary":
+            self.boundary += 1
+        else:
+            self.returned += 1
+
     def summary(self) -> str:
         unit = "scheduler steps" if self.mode == "trio steps" else "await points"
         return (
@@ -1255,15 +1266,8 @@ async def sweep(
             if check is not None:
                 await check(trial)
             break
-        report.trials += 1
         verdict = _judge(name, trial, after, boundary, expected_errors)
-        trial.expected = "before" if verdict == "before" else "after"
-        if verdict == "before":
-            report.raised_before += 1
-        elif verdict == "boundary":
-            report.boundary += 1
-        else:
-            report.returned += 1
+        report.record(trial, verdict)
         if check is not None:
             await check(trial)
         if verdict == "before" and prepared.follow_up is not None:
@@ -1396,15 +1400,8 @@ async def step_sweep(
                 raise SweepFailure(name, trial, "the uncancelled run differs from the reference")
             report.points = k - 1
             break
-        report.trials += 1
         verdict = _judge(name, trial, after, boundary, expected_errors)
-        trial.expected = "before" if verdict == "before" else "after"
-        if verdict == "before":
-            report.raised_before += 1
-        elif verdict == "boundary":
-            report.boundary += 1
-        else:
-            report.returned += 1
+        report.record(trial, verdict)
         if check is not None:
             await check(trial)
     return report
