@@ -10,9 +10,7 @@ from tests.conftest import DEEP
 from tests.reliability.harness import hsettings
 from tests.reliability.machine import StoreMachine, TrioStoreMachine
 
-STEPS = (
-    {"max_examples": 200, "stateful_step_count": 100} if DEEP else {"stateful_step_count": 25}
-)
+STEPS = {"max_examples": 200, "stateful_step_count": 100} if DEEP else {"stateful_step_count": 25}
 
 StoreMachine.TestCase.settings = hsettings(**STEPS)
 TrioStoreMachine.TestCase.settings = hsettings(**STEPS)
