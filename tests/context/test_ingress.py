@@ -33,21 +33,10 @@ PAYLOAD_KEYS = {
     "max_tool_result_bytes",
     "content_kind",
 }
+from tests.context.invariants import RecordingHooks
+
 LOGGER = "amplifier_module_context_simple"
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
-
-
-class RecordingHooks:
-    """A plain hook stand-in recording every emitted event."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    async def emit(self, event: str, data: dict[str, Any]) -> None:
-        self.events.append((event, data))
-
-    def named(self, event: str) -> list[dict[str, Any]]:
-        return [data for name, data in self.events if name == event]
 
 
 class RaisingHooks:
