@@ -19,8 +19,10 @@ from .config import ContextConfig
 from .decisions import Decisions
 from .estimate import estimate_message
 from .forms import stubbed_form, truncated_form
-from .history import History
+from .history import History, marker_owner
+from .ingress import RETRIEVAL_GUIDANCE
 from .ladder import Form, Item, Ladder, LadderParams
+from .notice import notice_message
 from .plan import RequestPlan
 from .render import Rendered
 
@@ -41,6 +43,7 @@ class Compactor:
     def __init__(self, config: Callable[[], ContextConfig]) -> None:
         self._config = config
         self._forms: dict[tuple[int, str, int], Form | None] = {}
+        self._minimal_notice: int | None = None
         self.floor: FloorMark | None = None
         """The mark of the last reported protected floor, or None."""
 
@@ -66,10 +69,18 @@ class Compactor:
         system_tokens = 0
         if plan.factory_text is not None:
             system_tokens += estimate_message({"role": "system", "content": plan.factory_text})
-        for index in range(plan.length):
-            entry = entries[index]
-            if entry.public is None:
+        for position_item in history.order:
+            if history.position_seq(position_item) >= plan.length:
                 continue
+            if position_item < 0:
+                # Synthesized results travel with their call: they count in its item, and
+                # the renderer shows them exactly when it shows the call.
+                synthesized = history.synthesized[marker_owner(position_item)]
+                if items and items[-1].seq == synthesized.owner:
+                    items[-1].tokens += synthesized.tokens
+                    items[-1].synthesized = len(synthesized.call_ids)
+                continue
+            entry = entries[position_item]
             if entry.info.is_system:
                 if plan.factory_text is None or entry.info.is_hook_system:
                     system_tokens += entry.tokens
@@ -83,17 +94,13 @@ class Compactor:
                 if override is not _MISSING:
                     message, tokens = override  # type: ignore[misc]
                     form = "truncated" if seq in decisions.truncated else "stubbed"
+            assert message is not None
             items.append(Item(seq, entry.info, message, tokens, history.group_of(seq), form))
         # A group is complete only if its results are inside the request's snapshot: a
         # result admitted after it (a negotiation awaits between plan and ladder) is not in
-        # this view, so its call must not be removed as if it were answered here.
-        incomplete = frozenset(
-            history.group_of(seq) for seq, calls in history.unanswered.items() if calls
-        ) | frozenset(
-            history.group_of(entry.seq)
-            for entry in entries[plan.length :]
-            if entry.info.result_ids or entry.info.call_ids
-        )
+        # this view, so its call must not be removed as if it were answered here. A call
+        # that a later assistant turn closed unanswered is complete (synthesized results).
+        incomplete = history.pending_groups(plan.length)
         config = self._config()
         return Ladder(
             items=items,
@@ -104,14 +111,18 @@ class Compactor:
             params=LadderParams(config.protected_recent, config.protected_tool_results),
             truncate=lambda item: self._truncated(history, item),
             stub=lambda item: self._stubbed(history, item),
+            truncate_protected=lambda item: self._truncated(history, item, protected=True),
         )
 
-    def _truncated(self, history: History, item: Item) -> Form | None:
-        key = (item.seq, "truncated", self._config().truncate_chars)
+    def _truncated(self, history: History, item: Item, *, protected: bool = False) -> Form | None:
+        kind = "protected" if protected else "truncated"
+        key = (item.seq, kind, self._config().truncate_chars)
         if key not in self._forms:
             entry = history.entries[item.seq]
             assert entry.public is not None
-            self._forms[key] = truncated_form(entry.public, entry.tokens, key[2])
+            self._forms[key] = truncated_form(
+                entry.public, entry.tokens, key[2], protected=protected
+            )
         return self._forms[key]
 
     def _stubbed(self, history: History, item: Item) -> Form | None:
@@ -152,12 +163,17 @@ class Compactor:
         )
         ladder.climb()
         over = not ladder.fits
-        if plan.hard_fit and over:
+        if ladder.total > plan.budget:
+            # The floor is over the whole budget, not merely the target: reduce it, leaving
+            # room for the minimal notice (the model should know its context was cut).
+            self.reduce_floor(ladder, plan.budget - self.notice_allowance(plan.budget))
+        if plan.hard_fit and ladder.total > plan.budget:
             raise RequiredContentTooLargeError(
                 f"Hard-fit compaction cannot reach the budget: {ladder.total:,} estimated "
-                f"tokens remain above {target:,} after level {ladder.level}. "
+                f"tokens remain above {plan.budget:,} with only the system messages, the "
+                "first and latest request and retained reminders left intact. "
                 "Required content was not discarded.",
-                budget=target,
+                budget=plan.budget,
                 required=ladder.total,
             )
         mark = (plan.epoch, plan.effective, target, ladder.total, plan.length) if over else None
@@ -170,6 +186,29 @@ class Compactor:
         if over:
             self._warn_floor(stats, first=not reported)
         return dataclasses.replace(staged, stats=stats), mark
+
+    def notice_allowance(self, budget: int) -> int:
+        """Room the floor reduction leaves for the minimal notice (0 when notices are off)."""
+        config = self._config()
+        if not config.compaction_notice_enabled:
+            return 0
+        if self._minimal_notice is None:
+            self._minimal_notice = estimate_message(notice_message({}, "minimal"))
+        return min(self._minimal_notice, budget // 4)
+
+    def reduce_floor(self, ladder: Ladder, limit: int) -> None:
+        """Run ``Ladder.reduce_floor`` and say once what it had to do."""
+        ladder.reduce_floor(limit)
+        if ladder.floor_truncated or ladder.floor_removed:
+            logger.warning(
+                "context-simple: the protected floor was over the whole budget (%s tokens): "
+                "%d protected tool results were truncated in the view and %d more messages "
+                "were removed or shortened (the stored history is unchanged; %s)",
+                f"{limit:,}",
+                len(ladder.floor_truncated),
+                ladder.floor_removed,
+                RETRIEVAL_GUIDANCE,
+            )
 
     def _floor_holds(self, floor: FloorMark, plan: RequestPlan, before: Rendered) -> bool:
         """Whether a reported floor still stands for this request (so the ladder is skipped).
@@ -211,8 +250,11 @@ class Compactor:
             "target_tokens": target,
             "protected_recent": config.protected_recent,
             "protected_tool_results": config.protected_tool_results,
-            "floor_tokens": ladder.total if not ladder.fits else None,
+            "floor_tokens": ladder.total if ladder.total > target else None,
             "changes": ladder.changes,
+            "results_synthesized": sum(item.synthesized for item in ladder.items),
+            "protected_results_truncated": len(ladder.floor_truncated)
+            + int((plan.decisions.stats or {}).get("protected_results_truncated", 0)),
         }
 
     def _warn_floor(self, stats: Mapping[str, Any], *, first: bool) -> None:

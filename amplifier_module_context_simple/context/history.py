@@ -2,9 +2,24 @@
 
 Admission validates a message's shape, applies the tool-result ingress cap, stamps a
 sequence id (kept out of every provider-facing view) and a timestamp, classifies it and
-estimates its tokens once. Tool groups are linked at admission, by id, in every format: a
-result is attached to the latest earlier message that declared its call id; a result with
-no earlier call is an orphan and never reaches a view (a provider rejects it).
+estimates its tokens once. Tool groups are linked at admission, by id, in every format,
+under the providers' own rule: an assistant message's calls are answered by the results
+that arrive before the next assistant message (its *run*).
+
+- A result that answers a call of the open run is linked to it. In the view it is placed
+  with its call: pure result carriers right after the call and its earlier results, a
+  message mixing results with other content after those, so that a message admitted in
+  between (a hook's note, a reminder) moves after the results instead of splitting them
+  from their call (both APIs reject that).
+- A result that answers nothing in the open run (its call never made, made in an earlier
+  run, or already answered) is an orphan and never reaches a view.
+- When the next assistant message closes a run whose calls are not all answered, the view
+  answers them with synthesized results (``synthesize.py``) placed right after the call.
+  A run still open at the end of the history is a pending tail and is left as it is.
+
+``order`` is that display order (sequence ids, and ``synthesized_marker(owner)`` for the
+synthesized results of a call message); ``order_version`` changes whenever something is
+placed anywhere but at the end, so a renderer that extends its last view knows to rebuild.
 
 ``History`` is a plain synchronous object; ``admit_batch`` builds the whole new state
 before anything is swapped in, so a rejected batch leaves the previous history intact.
@@ -12,6 +27,7 @@ before anything is swapped in, so a rejected batch leaves the previous history i
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,6 +45,9 @@ from .classify import (
 )
 from .estimate import estimate_message
 from .ingress import IngressClip, cap_tool_result
+from .synthesize import synthesized_results
+
+logger = logging.getLogger(__name__)
 
 SEQ_KEY = "_seq"
 _VALID_CONTENT = (str, list)
@@ -168,22 +187,63 @@ def copy_message(message: Mapping[str, Any]) -> dict[str, Any]:
     return copied
 
 
+@dataclass(frozen=True, slots=True)
+class Synthesized:
+    """The results a view supplies for calls a later assistant turn left unanswered."""
+
+    owner: int
+    """Seq of the call message."""
+    closed_at: int
+    """Seq of the assistant message that closed the run: views of shorter prefixes show
+    the call as a pending tail instead."""
+    call_ids: tuple[str, ...]
+    messages: tuple[dict[str, Any], ...]
+    tokens: int
+
+
+def synthesized_marker(owner: int) -> int:
+    """The ``History.order`` item standing for the synthesized results of ``owner``."""
+    return -owner - 1
+
+
+def marker_owner(item: int) -> int:
+    return -item - 1
+
+
+@dataclass(slots=True)
+class _Run:
+    """The open run: a call message and the results that may still answer it."""
+
+    owner: int
+    owner_index: int
+    pending: dict[str, None]
+    """Ids not answered yet, in call order."""
+    pure_end: int
+    """Where the next pure result carrier goes in ``History.order``."""
+    mixed_end: int
+    """Where the next message mixing results and other content goes."""
+
+
 @dataclass(slots=True)
 class History:
-    """Admitted entries plus the tool-group links between them."""
+    """Admitted entries, the tool-group links between them and their display order."""
 
     entries: list[Entry] = field(default_factory=list)
     next_seq: int = 0
-    # call id -> seq of the latest message that declared it
-    _call_owner: dict[str, int] = field(default_factory=dict)
     # union-find over seqs: messages linked through tool ids form one group
     _parent: dict[int, int] = field(default_factory=dict)
-    # assistant seq -> ids of its calls that no admitted result answers yet
+    # assistant seq -> ids of its calls that no admitted result answers
     unanswered: dict[int, set[str]] = field(default_factory=dict)
     first_human: int | None = None
     last_human: int | None = None
     # reminder body -> seq of the newest persisted envelope carrying it
     latest_envelope: dict[str, int] = field(default_factory=dict)
+    order: list[int] = field(default_factory=list)
+    """Display order of the messages views can show (see the module docstring)."""
+    order_version: int = 0
+    synthesized: dict[int, Synthesized] = field(default_factory=dict)
+    """Call message seq -> the results views supply for its unanswered calls."""
+    _run: _Run | None = None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -198,6 +258,34 @@ class History:
             parent[seq], seq = root, parent[seq]
         return root
 
+    def position_seq(self, item: int) -> int:
+        """The seq that decides whether an ``order`` item is inside a history prefix.
+
+        A prefix of ``length`` entries shows ``item`` iff this is below ``length``: a
+        message by its own seq, synthesized results by the seq that closed their run.
+        """
+        return item if item >= 0 else self.synthesized[marker_owner(item)].closed_at
+
+    def pending_groups(self, length: int) -> frozenset[int]:
+        """Groups with a call that a view of the first ``length`` entries leaves open.
+
+        That is a call not answered in the prefix and not closed in it (a pending tail),
+        or one whose results were admitted after the prefix.
+        """
+        open_groups = {
+            self.group_of(seq)
+            for seq, ids in self.unanswered.items()
+            if seq < length
+            and ids
+            and (seq not in self.synthesized or self.synthesized[seq].closed_at >= length)
+        }
+        open_groups.update(
+            self.group_of(entry.seq)
+            for entry in self.entries[length:]
+            if entry.info.result_ids or entry.info.call_ids
+        )
+        return frozenset(open_groups)
+
     def admit(
         self, message: Mapping[str, Any], *, max_tool_result_bytes: int, stamp_time: bool
     ) -> tuple[Entry, IngressClip | None]:
@@ -211,12 +299,15 @@ class History:
         stored = {**capped, "metadata": metadata}
         info = classify(stored)
         # Everything that can fail happens before the first mutation of the history.
-        # Results that answer no earlier call (orphans, or results naming no call at all)
-        # never reach a view: a provider rejects a result without its call.
-        orphans = frozenset(i for i in info.result_ids if i not in self._call_owner)
+        # Results that answer nothing in the open run (orphans, or results naming no call
+        # at all) never reach a view: a provider rejects a result without its call.
+        run = self._run
+        answerable = run.pending if run is not None else {}
+        in_place = tuple(i for i in info.result_ids if i in answerable)
+        orphans = frozenset(info.result_ids).difference(in_place)
         anonymous = has_anonymous_results(capped)
         public: dict[str, Any] | None
-        if info.reference_only or (info.is_result_carrier and orphans == set(info.result_ids)):
+        if info.reference_only or (info.is_result_carrier and not in_place):
             public = None
         elif (orphans or anonymous) and isinstance(capped.get("content"), list):
             public = public_form(capped, orphans)
@@ -225,16 +316,6 @@ class History:
         else:
             public = public_form(capped, frozenset())
         tokens = estimate_message(public) if public is not None else 0
-        if public is not None:
-            # A message no view shows (a reference-only row, an orphan) declares and
-            # answers nothing: linking it would show a result whose call is never shown.
-            self._link(seq, info)
-        if public is not None and info.is_human:
-            if self.first_human is None:
-                self.first_human = seq
-            self.last_human = seq
-        if public is not None and info.is_envelope:
-            self.latest_envelope[stored["content"]] = seq
         entry = Entry(
             seq=seq,
             stored=stored,
@@ -246,19 +327,77 @@ class History:
         )
         self.entries.append(entry)
         self.next_seq = seq + 1
+        if public is not None:
+            # A message no view shows (a reference-only row, an orphan) declares and
+            # answers nothing: linking it would show a result whose call is never shown.
+            self._place(entry, in_place)
+            if info.is_human:
+                if self.first_human is None:
+                    self.first_human = seq
+                self.last_human = seq
+            if info.is_envelope:
+                self.latest_envelope[stored["content"]] = seq
         return entry, clip
 
-    def _link(self, seq: int, info: MessageInfo) -> None:
-        """Attach results to their calls (orphan results stay unlinked)."""
-        for call_id in info.result_ids:
-            owner = self._call_owner.get(call_id)
-            if owner is not None:
-                self._union(owner, seq)
-                self.unanswered.get(owner, set()).discard(call_id)
-        if info.call_ids:
-            for call_id in info.call_ids:
-                self._call_owner[call_id] = seq
-            self.unanswered[seq] = set(info.call_ids)
+    def _place(self, entry: Entry, in_place: tuple[str, ...]) -> None:
+        """Link ``entry`` to its run and put it in the display order."""
+        seq, info = entry.seq, entry.info
+        if info.role == "assistant":
+            self._close_run(seq)
+            self.order.append(seq)
+            if info.call_ids:
+                end = len(self.order)
+                self._run = _Run(seq, end - 1, dict.fromkeys(info.call_ids), end, end)
+                self.unanswered[seq] = set(info.call_ids)
+            return
+        run = self._run
+        if run is None or not in_place:
+            self.order.append(seq)
+            return
+        for call_id in in_place:
+            del run.pending[call_id]
+            self.unanswered[run.owner].discard(call_id)
+        self._union(run.owner, seq)
+        if info.is_result_carrier:
+            position = run.pure_end
+            run.pure_end += 1
+        else:
+            position = run.mixed_end
+        run.mixed_end += 1
+        self._insert(position, seq)
+
+    def _close_run(self, closing: int) -> None:
+        """A new assistant turn: the open run's unanswered calls get synthesized results."""
+        run, self._run = self._run, None
+        if run is None or not run.pending:
+            return
+        owner = self.entries[run.owner]
+        assert owner.public is not None
+        ids = tuple(run.pending)
+        messages = tuple(synthesized_results(owner.public, ids))
+        self.synthesized[run.owner] = Synthesized(
+            owner=run.owner,
+            closed_at=closing,
+            call_ids=ids,
+            messages=messages,
+            tokens=sum(estimate_message(m) for m in messages),
+        )
+        self._insert(run.owner_index + 1, synthesized_marker(run.owner))
+        for call_id in ids:
+            logger.warning(
+                "context-simple: tool call %s (message %d) has no recorded result and a later "
+                "assistant turn follows it; views answer it with a synthesized error result "
+                "(the stored history is unchanged)",
+                call_id,
+                run.owner,
+            )
+
+    def _insert(self, position: int, item: int) -> None:
+        if position == len(self.order):
+            self.order.append(item)
+        else:
+            self.order.insert(position, item)
+            self.order_version += 1
 
     def _union(self, a: int, b: int) -> None:
         ra, rb = self.group_of(a), self.group_of(b)

@@ -55,6 +55,8 @@ class Item:
     tokens: int
     group: int
     form: str = "full"  # "full" | "truncated" | "stubbed"
+    synthesized: int = 0
+    """Synthesized results shown with this call message (counted in ``tokens``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,13 @@ class Ladder:
     removed: set[int] = field(default_factory=set)
     truncated: set[int] = field(default_factory=set)
     stubbed: set[int] = field(default_factory=set)
+    truncate_protected: Callable[[Item], Form | None] | None = None
+    """``(item) -> Form | None``: the marked truncated form of a protected tool result,
+    used only by ``reduce_floor``."""
+    floor_truncated: set[int] = field(default_factory=set)
+    """Protected tool results ``reduce_floor`` truncated."""
+    floor_removed: int = 0
+    """Messages ``reduce_floor`` removed or stubbed."""
 
     @property
     def fits(self) -> bool:
@@ -132,6 +141,90 @@ class Ladder:
         else:
             raise ValueError(f"unknown compaction rung {rung!r}; rungs are 1..{RUNG_COUNT}")
         return self.changes != before
+
+    def reduce_floor(self, limit: int) -> None:
+        """Past the eight rungs, when the view is over the whole ``limit``: reduce the floor.
+
+        The protected floor is there to keep recent work intact, not to strand a session:
+        tool output can be fetched again (the truncation note says how), instructions
+        cannot. In this order, each step only while the view is over ``limit``:
+
+        1. truncate tool results, largest first, the protected ones included;
+        2. remove tool groups and assistant turns, oldest first (a group whole, never one
+           with a call still pending or holding a user's words);
+        3. stub user turns oldest first, then drop those stubs.
+
+        Request-protected messages (system messages, which are not items, the first and
+        latest human prompts, retained reminders, and whatever the caller protects) and
+        loaded-tool state are never touched. ``fits`` is judged against ``limit`` from here
+        on.
+        """
+        self.target = limit
+        if self.total <= limit:
+            return
+        self.level = RUNG_COUNT
+        before = self.changes
+        self._truncate_largest_results()
+        self._remove_oldest(self._groups())
+        for item in self.items:
+            if self.fits:
+                break
+            if self._is_user_turn(item) and item.seq not in self.protected and item.form == "full":
+                self._stub(item)
+        doomed: set[int] = set()
+        for index, item in enumerate(self.items):
+            if self.fits:
+                break
+            if item.form == "stubbed" and item.seq not in self.protected:
+                self._drop([index], doomed)
+        self._compact(doomed)
+        self.floor_removed = self.changes - before - len(self.floor_truncated)
+
+    def _truncate_largest_results(self) -> None:
+        reduce = self.truncate_protected
+        if reduce is None:
+            return
+        results = [
+            item
+            for item in self.items
+            if item.info.is_result_carrier and item.seq not in self.protected
+        ]
+        results.sort(key=lambda item: item.tokens, reverse=True)
+        for item in results:
+            if self.fits:
+                return
+            form = reduce(item)
+            if form is not None and form[1] < item.tokens:
+                self._replace(item, form, "truncated")
+                self.truncated.add(item.seq)
+                self.floor_truncated.add(item.seq)
+
+    def _remove_oldest(self, groups: dict[int, list[int]]) -> None:
+        doomed: set[int] = set()
+        for index, item in enumerate(self.items):
+            if self.fits:
+                break
+            if (
+                index in doomed
+                or item.seq in self.protected
+                or item.info.has_loaded_tool_state
+                or self._is_user_turn(item)
+                or item.info.is_system
+            ):
+                continue
+            if item.info.call_ids or item.info.result_ids:
+                members = groups.get(item.group, [index])
+                if item.group in self.incomplete_groups or any(
+                    self.items[m].seq in self.protected
+                    or self._is_user_turn(self.items[m])
+                    or self.items[m].info.has_loaded_tool_state
+                    for m in members
+                ):
+                    continue
+                self._drop(members, doomed)
+            elif item.info.role == "assistant":
+                self._drop([index], doomed)
+        self._compact(doomed)
 
     # -- protection ------------------------------------------------------------
 
@@ -228,6 +321,7 @@ class Ladder:
             # removal supersedes an earlier reduced form of the same message
             self.truncated.discard(item.seq)
             self.stubbed.discard(item.seq)
+            self.floor_truncated.discard(item.seq)
 
     def _compact(self, doomed: set[int]) -> None:
         if doomed:

@@ -69,6 +69,15 @@ class _Setting(Generic[T]):
         obj._config = dataclasses.replace(obj._config, **changes)
 
 
+def notice_reserve(configured: int, budget: int) -> int:
+    """The notice reserve for ``budget``: the configured one, scaled down for small budgets.
+
+    A reserve may take at most a quarter of the budget (a larger one would leave the view
+    almost nothing); the notice itself is budgeted separately (``with_notice``).
+    """
+    return min(configured, budget // 4)
+
+
 class SimpleContextManager:
     """In-memory conversation context with view-only, transactional compaction.
 
@@ -364,17 +373,20 @@ class SimpleContextManager:
             staged, floor = self._compactor.compact(self._history, plan, rendered)
         decisions = staged if staged is not None else plan.decisions
         view = self.render(plan, decisions) if staged is not None else rendered
-        shown = len(view.messages)
-        messages = self.with_notice(view.messages, decisions)
+        # The notice is part of the view: it must fit the budget and may not make a
+        # compacted view larger than the view the compaction started from.
+        ceiling = min(plan.budget, rendered.tokens) if staged is not None else plan.budget
+        messages, notice_tokens = self.with_notice(
+            view.messages, decisions, room=ceiling - view.tokens
+        )
         if plan.retained or hard_fit:
-            notice_tokens = estimate_message(messages[-1]) if len(messages) > shown else 0
             self.check_final_fit(plan, view.tokens + notice_tokens)
         new_stats = staged is not None and staged.stats is not plan.decisions.stats
         # -- commit boundary: the request stands once its first event delivery starts ------
         if staged is not None:
             self.apply_decisions(staged)
         self._compactor.floor = floor
-        self._publish_meter(estimated, plan.effective)
+        self._publish_meter(estimated, plan.effective, synthesized=view.synthesized)
         if new_stats and staged is not None and staged.stats is not None:
             await self._emit(COMPACTION_EVENT, dict(staged.stats))
         await self.emit_budget(plan.provenance)
@@ -407,14 +419,7 @@ class SimpleContextManager:
         budget: int = provenance["effective_budget"]
         effective = budget
         if config.compaction_notice_enabled:
-            effective = budget - config.compaction_notice_token_reserve
-            if effective <= 0:
-                logger.warning(
-                    "context-simple: notice reserve %d leaves no budget of %d; ignoring it",
-                    config.compaction_notice_token_reserve,
-                    budget,
-                )
-                effective = budget
+            effective = budget - notice_reserve(config.compaction_notice_token_reserve, budget)
         factory_text: str | None = None
         if self._factory is not None:
             text = await self._factory()
@@ -454,7 +459,7 @@ class SimpleContextManager:
     def render(self, plan: RequestPlan, decisions: Decisions) -> Rendered:
         """The view for ``plan`` under ``decisions`` (copies; system messages first)."""
         return self._renderer.render(
-            self._history.entries,
+            self._history,
             plan.length,
             epoch=plan.epoch,
             decisions=decisions,
@@ -466,19 +471,23 @@ class SimpleContextManager:
         """Fail closed before compaction when required content alone cannot fit."""
         if not (plan.retained or plan.hard_fit):
             return
-        entries = self._history.entries
-        required = rendered.system_tokens + sum(
-            entries[seq].tokens for seq in plan.protected if seq < plan.length
-        )
-        if required > plan.effective:
+        required = self.irreducible_tokens(plan, rendered)
+        if required > plan.budget:
             raise RequiredContentTooLargeError(
                 "Context cannot fit the current injections and protected conversation "
-                f"({required:,} estimated tokens) within the budget ({plan.effective:,}); "
+                f"({required:,} estimated tokens) within the budget ({plan.budget:,}); "
                 "shorten the active instructions or use a larger context window. "
                 "Required content was not discarded.",
-                budget=plan.effective,
+                budget=plan.budget,
                 required=required,
             )
+
+    def irreducible_tokens(self, plan: RequestPlan, rendered: Rendered) -> int:
+        """Tokens of what no reduction touches: system messages and request-protected ones."""
+        entries = self._history.entries
+        return rendered.system_tokens + sum(
+            entries[seq].tokens for seq in plan.protected if seq < plan.length
+        )
 
     def check_final_fit(self, plan: RequestPlan, total: int) -> None:
         """Fail closed when the final, notice-inclusive view exceeds the whole budget."""
@@ -493,19 +502,30 @@ class SimpleContextManager:
             )
 
     def with_notice(
-        self, messages: list[dict[str, Any]], decisions: Decisions
-    ) -> list[dict[str, Any]]:
-        """``messages`` plus the tail compaction notice when one applies."""
+        self, messages: list[dict[str, Any]], decisions: Decisions, *, room: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        """``messages`` plus the tail compaction notice when one applies and fits ``room``.
+
+        The notice is budgeted like any message: the configured verbosity when it fits
+        ``room`` tokens, else the minimal notice, else none. Returns the messages and the
+        notice's estimate (0 without one).
+        """
         config = self._config
         stats = decisions.stats
         if (
-            config.compaction_notice_enabled
-            and stats is not None
-            and stats.get("strategy_level", 0) >= config.compaction_notice_min_level
-            and tail_is_safe(messages)
+            not config.compaction_notice_enabled
+            or stats is None
+            or stats.get("strategy_level", 0) < config.compaction_notice_min_level
+            or not tail_is_safe(messages)
         ):
-            messages.append(notice_message(stats, config.compaction_notice_verbosity))
-        return messages
+            return messages, 0
+        for verbosity in dict.fromkeys((config.compaction_notice_verbosity, "minimal")):
+            notice = notice_message(stats, verbosity)
+            tokens = estimate_message(notice)
+            if tokens <= room:
+                messages.append(notice)
+                return messages, tokens
+        return messages, 0
 
     def used_tokens(self, estimated: int) -> int:
         """The figure the trigger compares: the meter's reading in actual mode, if any."""
@@ -519,20 +539,24 @@ class SimpleContextManager:
         entries = self._history.entries
         return frozenset(e.seq for e in entries[: plan.length] if e.info.is_developer)
 
-    def publish_measured(self, estimated: int, budget: int, measured: int | None) -> None:
+    def publish_measured(
+        self, estimated: int, budget: int, measured: int | None, *, synthesized: int = 0
+    ) -> None:
         """Refresh the meter stats at the return boundary of a negotiated request."""
-        self._publish_meter(estimated, budget)
+        self._publish_meter(estimated, budget, synthesized=synthesized)
         assert self._last_token_meter_stats is not None
         self._last_token_meter_stats["provider_count"] = measured
 
-    def _publish_meter(self, estimated: int, budget: int) -> None:
+    def _publish_meter(self, estimated: int, budget: int, *, synthesized: int = 0) -> None:
         self._last_effective_budget = budget
-        self._last_token_meter_stats = self._meter.stats(
+        stats = self._meter.stats(
             mode=self._config.token_meter,
             estimated=estimated,
             budget=budget,
             images_estimated=False,
         )
+        stats["results_synthesized"] = synthesized
+        self._last_token_meter_stats = stats
 
     # -- compaction (see ``Compactor``) -----------------------------------------------------
 
@@ -548,6 +572,10 @@ class SimpleContextManager:
         return self._compactor.ladder(
             self._history, plan, decisions, target=target, extra_protected=extra_protected
         )
+
+    def reduce_floor(self, ladder: Ladder, limit: int) -> None:
+        """Reduce the protected floor of ``ladder`` to ``limit`` (see ``Ladder.reduce_floor``)."""
+        self._compactor.reduce_floor(ladder, limit)
 
     def ordinary_target(self, plan: RequestPlan) -> int:
         """The target of an ordinary request: the whole budget for hard fit."""

@@ -10,13 +10,12 @@ message and no per-message policy work.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .decisions import Decisions
 from .estimate import estimate_message
-from .history import BODY, HOOK_SYSTEM, SYSTEM, Entry, copy_message
+from .history import BODY, HOOK_SYSTEM, SYSTEM, History, copy_message, marker_owner
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,20 +26,27 @@ class Rendered:
     tokens: int
     system_count: int
     system_tokens: int
+    synthesized: int = 0
+    """How many unanswered calls the view answers with synthesized results."""
 
 
 @dataclass(slots=True)
 class _Shown:
-    """The forms a view shows for one (epoch, decisions, intact set, factory) key."""
+    """The forms a view shows for one (epoch, order version, intact set, factory) key."""
 
-    key: tuple[int, frozenset[int], bool]
+    key: tuple[int, int, frozenset[int], bool]
     decisions: Decisions
     length: int = 0
+    position: int = 0
+    """How many ``History.order`` items have been looked at."""
+    sealed: bool = False
+    """A rebuild skipped an item past ``length``: only this exact length may reuse it."""
     systems: list[dict[str, Any]] = field(default_factory=list)
     system_tokens: int = 0
     body: list[dict[str, Any]] = field(default_factory=list)
     with_metadata: list[int] = field(default_factory=list)
     body_tokens: int = 0
+    synthesized: int = 0
 
 
 class Renderer:
@@ -52,7 +58,7 @@ class Renderer:
 
     def render(
         self,
-        entries: Sequence[Entry],
+        history: History,
         length: int,
         *,
         epoch: int,
@@ -60,26 +66,29 @@ class Renderer:
         protected: frozenset[int],
         factory_text: str | None,
     ) -> Rendered:
-        """The view of ``entries[:length]`` under ``decisions``.
+        """The view of the first ``length`` entries of ``history`` under ``decisions``.
 
-        Messages in ``protected`` are shown as admitted even when a decision reduced or
-        removed them. With a ``factory_text``, stored system messages other than
-        hook-sourced ones are replaced by that one system prompt.
+        Messages follow ``history.order`` (results with their calls, synthesized results
+        for calls a later assistant turn left unanswered). Messages in ``protected`` are
+        shown as admitted even when a decision reduced or removed them. With a
+        ``factory_text``, stored system messages other than hook-sourced ones are replaced
+        by that one system prompt.
         """
         overrides = decisions.overrides
         intact = protected.intersection(overrides) if overrides else frozenset()
-        key = (epoch, frozenset(intact), factory_text is not None)
+        key = (epoch, history.order_version, frozenset(intact), factory_text is not None)
         shown = self._shown
         if (
             shown is None
             or shown.key != key
             or shown.decisions is not decisions
             or shown.length > length
+            or (shown.sealed and shown.length != length)
         ):
             shown = _Shown(key, decisions)
             self._shown = shown
         if shown.length < length:
-            self._extend(shown, entries, length, intact, factory_text is not None)
+            self._extend(shown, history, length, intact, factory_text is not None)
         systems = [copy_message(message) for message in shown.systems]
         system_tokens = shown.system_tokens
         if factory_text is not None:
@@ -93,6 +102,7 @@ class Renderer:
             tokens=system_tokens + shown.body_tokens,
             system_count=len(systems),
             system_tokens=system_tokens,
+            synthesized=shown.synthesized,
         )
 
     def _factory_tokens(self, text: str) -> int:
@@ -105,22 +115,50 @@ class Renderer:
     @staticmethod
     def _extend(
         shown: _Shown,
-        entries: Sequence[Entry],
+        history: History,
         length: int,
         intact: frozenset[int],
         factory: bool,
     ) -> None:
         overrides = shown.decisions.overrides
+        entries = history.entries
+        order = history.order
         body = shown.body
-        for entry in entries[shown.length : length]:
+        # Items past the last look are appended in seq order unless the order version
+        # changed (then this is a rebuild from 0): a first item past ``length`` ends the
+        # look, except in a rebuild, where later items may still be inside the prefix.
+        rebuild = shown.position == 0
+        position = shown.position
+        while position < len(order):
+            item = order[position]
+            if history.position_seq(item) >= length:
+                if not rebuild or all(
+                    history.position_seq(later) >= length for later in order[position:]
+                ):
+                    break
+                shown.sealed = True
+                position += 1
+                continue
+            position += 1
+            if item < 0:
+                owner = marker_owner(item)
+                if owner in overrides and overrides[owner] is None and owner not in intact:
+                    continue  # removed with its call
+                synthesized = history.synthesized[owner]
+                for message in synthesized.messages:
+                    shown.with_metadata.append(len(body))
+                    body.append(message)
+                shown.body_tokens += synthesized.tokens
+                shown.synthesized += len(synthesized.call_ids)
+                continue
+            entry = entries[item]
             kind = entry.kind
             if kind == BODY:
                 form = entry.public
                 tokens = entry.tokens
                 has_metadata = entry.has_metadata
-                seq = entry.seq
-                if seq in overrides and seq not in intact:
-                    override = overrides[seq]
+                if item in overrides and item not in intact:
+                    override = overrides[item]
                     if override is None:
                         continue  # removed
                     form, tokens = override
@@ -132,4 +170,5 @@ class Renderer:
             elif (kind == SYSTEM and not factory) or kind == HOOK_SYSTEM:
                 shown.systems.append(entry.public)  # type: ignore[arg-type]
                 shown.system_tokens += entry.tokens
+        shown.position = position
         shown.length = length

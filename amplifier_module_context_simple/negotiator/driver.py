@@ -23,7 +23,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from ..context.config import TOKEN_METER_ACTUAL
-from ..context.estimate import estimate_message
 from ..context.ladder import RUNG_COUNT, Ladder
 from ..errors import ContextLengthError, CountContractError, TransactionConflictError
 from .transaction import RequestTransaction, TxnEvent, TxnState
@@ -35,6 +34,9 @@ if TYPE_CHECKING:
 
 CountView = Callable[[list[dict[str, Any]]], Awaitable[Any]]
 FitOutput = Callable[[list[dict[str, Any]], Any], Awaitable[Any]]
+
+FLOOR_COUNTS: Final = 3
+"""Counts spent at most on reducing the protected floor below the provider's limit."""
 
 SKIP_MARGIN: Final = 0.10
 """Skip counting a rung only when its calibrated prediction exceeds target by this much."""
@@ -130,6 +132,12 @@ def read_fitted(result: object) -> tuple[int, int, int, str, int]:
     return count, estimated, limit, source, calls
 
 
+def _calls(result: object) -> int:
+    """``count_calls`` of a ``fit_output`` result already validated by ``read_fitted``."""
+    calls = result.get("count_calls") if isinstance(result, Mapping) else None
+    return calls if isinstance(calls, int) and not isinstance(calls, bool) else 0
+
+
 class Negotiation:
     """One run of the negotiated path over a planned request (used once)."""
 
@@ -154,17 +162,30 @@ class Negotiation:
         self.final_estimate = 0
         """Our estimate of the view the result returns (for the meter stats)."""
         self.developers = store.developer_seqs(plan)
+        self.base_tokens = 0
+        """Our estimate of the view under the committed decisions (set by ``candidate``)."""
+        self.synthesized = 0
+        """Synthesized results in the latest candidate (for the meter stats)."""
 
     # -- seams -------------------------------------------------------------------
 
     def candidate(self, decisions: Decisions) -> tuple[list[dict[str, Any]], int]:
-        """The notice-inclusive public view under ``decisions`` and our estimate of it."""
+        """The notice-inclusive public view under ``decisions`` and our estimate of it.
+
+        The notice is budgeted: it must fit the policy budget and may not make a reduced
+        candidate larger than the view the negotiation started from.
+        """
         rendered = self.store.render(self.plan, decisions)
-        view = self.store.with_notice(rendered.messages, decisions)
-        estimate = rendered.tokens
-        if len(view) > len(rendered.messages):
-            estimate += estimate_message(view[-1])
-        return view, estimate
+        self.synthesized = rendered.synthesized
+        ceiling = self.plan.budget
+        if decisions is not self.plan.decisions:
+            ceiling = min(ceiling, self.base_tokens)
+        else:
+            self.base_tokens = rendered.tokens
+        view, notice = self.store.with_notice(
+            rendered.messages, decisions, room=ceiling - rendered.tokens
+        )
+        return view, rendered.tokens + notice
 
     async def count(self, decisions: Decisions) -> Attempt:
         """Count the candidate under ``decisions`` through the orchestrator's seam."""
@@ -334,20 +355,22 @@ class Negotiation:
     async def _fit(
         self, ladder: Ladder, staged: Decisions, initial: Attempt, last: Attempt
     ) -> dict[str, Any]:
-        """All rungs applied and still over the hard limit: offer ``fit_output`` once."""
+        """All rungs applied and still over the hard limit: offer ``fit_output`` once.
+
+        When the orchestrator offers no ``fit_output``, or it finds no output reduction
+        that fits, the protected floor is reduced instead (``_reduce_floor``).
+        """
         if self.fit_output is None:
-            raise ContextLengthError(
-                f"{CANNOT_FIT[:-1]}; required content was not discarded "
-                f"({last.estimated:,} > {last.limit:,} after all eight rungs)."
-            )
+            return await self._reduce_floor(ladder, initial, last)
         self.txn.fire(TxnEvent.FIT)
         fitted = await self.fit_output(last.view, last.envelope)
         self.check_snapshot()
         if fitted is None:
-            raise ContextLengthError(
-                f"{CANNOT_FIT[:-1]}; required content was not discarded (no output reduction fits)."
-            )
-        count, _, _, source, calls = read_fitted(fitted)
+            return await self._reduce_floor(ladder, initial, last)
+        try:
+            count, _, _, source, calls = read_fitted(fitted)
+        except ContextLengthError:  # the "fitted" request is still over the limit
+            return await self._reduce_floor(ladder, initial, last, fit_calls=_calls(fitted))
         total_calls = self.count_calls + calls
         if self.txn.has_changes:
             fitted_attempt = replace(last, count=count, source=source)
@@ -363,6 +386,43 @@ class Negotiation:
             after=count,
             count_calls=total_calls,
             envelope=fitted,
+        )
+
+    async def _reduce_floor(
+        self, ladder: Ladder, initial: Attempt, last: Attempt, *, fit_calls: int = 0
+    ) -> dict[str, Any]:
+        """Past the rungs and ``fit_output``: reduce the protected floor until a count fits.
+
+        The provider's limit is translated into our estimate's units with the last
+        count's calibration (its hard-safe estimate over our estimate) and a margin; each
+        reduction is counted, at most ``FLOOR_COUNTS`` times.
+
+        Raises:
+            ContextLengthError: only the irreducible content (system messages, first and
+                latest human prompt, retained reminders) is left and it is over the limit.
+        """
+        for _ in range(FLOOR_COUNTS):
+            assert last.estimated is not None and last.limit is not None
+            ratio = last.estimated / last.own_estimate if last.own_estimate > 0 else 1.0
+            limit = int(last.limit / max(ratio, 1e-9) * (1 - SKIP_MARGIN))
+            before = ladder.changes
+            self.store.reduce_floor(ladder, limit)
+            if ladder.changes == before:
+                break
+            staged = self.plan.decisions.merged(ladder)
+            self.txn.fire(TxnEvent.REDUCE)
+            self.txn.stage(staged)
+            last = await self.count(staged)
+            if not last.usable:
+                return self._recount_unavailable(initial)
+            if not last.oversize:
+                self.count_calls += fit_calls
+                return self._finish(ladder, staged, initial, last, "protected_floor")
+        raise ContextLengthError(
+            f"{CANNOT_FIT[:-1]}: the request is still {last.estimated:,} > {last.limit:,} "
+            "input tokens after the protected floor was reduced to the system messages, the "
+            "first and latest request and retained reminders; required content was not "
+            "discarded."
         )
 
     async def _unavailable(self, initial: Attempt) -> dict[str, Any]:
@@ -387,6 +447,8 @@ class Negotiation:
             extra_protected=self.developers,
         )
         ladder.climb()
+        if ladder.total > plan.budget:
+            store.reduce_floor(ladder, plan.budget)
         if ladder.changes == 0:
             return self.result(  # noqa: ASYNC910
                 initial, "measurement_unavailable", before=None, after=None
@@ -447,7 +509,12 @@ async def negotiate(
         raise
     # The return boundary: nothing awaits after this, so a request that raised above
     # leaves the meter stats of the last request that returned.
-    store.publish_measured(negotiation.final_estimate, plan.effective, result["measured_after"])
+    store.publish_measured(
+        negotiation.final_estimate,
+        plan.effective,
+        result["measured_after"],
+        synthesized=negotiation.synthesized,
+    )
     return result
 
 

@@ -14,6 +14,8 @@ another negotiation) see committed state only. The transaction becomes real only
     STAGED --count--> COUNTING --record--> COUNTED --reduce--> STAGED
        |                                      |  \\
        |                                      |   fit--> FITTING --fitted--> READY
+       |                                      |            |
+       +<-------------------reduce (no fit: the protected floor is reduced)
        +--finish--> READY <--------finish-----+
     READY --commit--> COMMITTED
     any non-terminal --rollback--> ROLLED_BACK
@@ -103,6 +105,8 @@ TRANSITIONS: Final[Mapping[TxnState, Mapping[TxnEvent, TxnState]]] = {
     },
     TxnState.FITTING: {
         TxnEvent.FITTED: TxnState.READY,
+        # fit_output found no fit: the protected floor is reduced instead
+        TxnEvent.REDUCE: TxnState.STAGED,
         TxnEvent.ROLLBACK: TxnState.ROLLED_BACK,
     },
     TxnState.READY: {

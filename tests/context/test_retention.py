@@ -266,9 +266,9 @@ async def test_hard_fit_with_unremovable_state_fails_without_trace(anyio_backend
     assert not hooks.events
 
 
-async def test_hard_fit_notice_that_breaks_the_budget_fails(anyio_backend: str) -> None:
-    """75: a hard-fit view that fits only without its notice (no reserve) raises
-    ContextLengthError; no event, no decision, no stats."""
+async def test_hard_fit_notice_that_would_break_the_budget_is_left_out(anyio_backend: str) -> None:
+    """75 (budget honesty): a hard-fit view that fits only without its notice (no reserve)
+    is returned without the notice, within the budget, and the compaction is committed."""
     messages = [
         human("first " + fill("prose", 2000)),
         {"role": "developer", "content": "note: keep answers short"},
@@ -283,13 +283,13 @@ async def test_hard_fit_notice_that_breaks_the_budget_fails(anyio_backend: str) 
         protected_recent=0.0,
     )
     budget = total(messages) - 1  # removing the developer note fits; the notice does not
-    with pytest.raises(ContextLengthError, match="Required content was not discarded"):
-        await manager.get_messages_for_request_retaining(
-            retain_contents=[], token_budget=budget, hard_fit=True
-        )
-    assert not hooks.events and manager.last_compaction_stats is None
-    assert not (manager._removed_seqs or manager._truncated_seqs or manager._stubbed_seqs)
-    assert manager.last_token_meter_stats is None
+    view = await manager.get_messages_for_request_retaining(
+        retain_contents=[], token_budget=budget, hard_fit=True
+    )
+    assert total(view) <= budget
+    assert [m["role"] for m in view] == ["user", "user"]
+    assert manager.last_compaction_stats is not None
+    assert [name for name, _ in hooks.events].count("context:compaction") == 1
 
 
 async def test_reminders_outside_the_human_prompts(anyio_backend: str) -> None:

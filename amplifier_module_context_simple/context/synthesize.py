@@ -1,0 +1,105 @@
+"""Synthesized results: what a view shows for a tool call the history never answered.
+
+A call whose results never arrived (a crashed or interrupted tool, a timeout, a result
+that was never recorded) and that a later assistant turn follows cannot be sent as it is:
+both the OpenAI Chat Completions and the Anthropic Messages APIs reject an assistant tool
+call that is not followed by results for each of its ids. The view answers it instead,
+right after the call's message, in the call's own format:
+
+- a call in ``tool_calls`` (OpenAI or Amplifier's stored form) or an amplifier-core
+  ``tool_call`` block gets a ``{"role": "tool", "tool_call_id": id}`` message;
+- an Anthropic ``tool_use`` block gets a ``tool_result`` block with ``is_error: true``;
+  all of one message's missing ``tool_use`` ids share one user message.
+
+Each synthesized message says plainly that no result was recorded and carries
+``metadata["compaction"] = {"form": "synthesized", "tool_call_ids": [...]}``. It is
+built once, when the history learns that the call was left unanswered, and is never
+stored: ``get_messages()`` is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from .classify import block_field, block_id, block_type
+
+SYNTHESIZED_FORM: Final = "synthesized"
+
+
+def _text(name: str | None) -> str:
+    called = f"`{name}`" if name else "this tool"
+    return (
+        f"[No result was recorded for this call of {called}: the call was interrupted or "
+        "its output was lost before it was stored. This placeholder was added to the request "
+        "by the context manager; the stored history is unchanged. Run the tool again if you "
+        "need its output, but check first before repeating an action that changes state.]"
+    )
+
+
+def _note(ids: Sequence[str]) -> dict[str, Any]:
+    return {"compaction": {"form": SYNTHESIZED_FORM, "tool_call_ids": list(ids)}}
+
+
+def _call_name(call: object) -> str | None:
+    for value in (
+        block_field(block_field(call, "function"), "name"),
+        block_field(call, "tool"),
+        block_field(call, "name"),
+    ):
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def synthesized_results(
+    call_message: Mapping[str, Any], missing: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The messages that answer ``missing`` call ids of ``call_message``, in call order.
+
+    ``missing`` must be ids the message declares; ids are answered in the format in which
+    the message declares them (see the module docstring).
+    """
+    wanted = set(missing)
+    as_tool: list[tuple[str, str | None]] = []
+    as_blocks: list[tuple[str, str | None]] = []
+    calls = call_message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        call_id = block_id(call, "id", "tool_call_id")
+        if call_id in wanted:
+            wanted.discard(call_id)
+            as_tool.append((call_id, _call_name(call)))
+    content = call_message.get("content")
+    for block in content if isinstance(content, list) else ():
+        call_id = block_id(block, "id")
+        if call_id not in wanted or block_type(block) not in ("tool_use", "tool_call"):
+            continue
+        wanted.discard(call_id)
+        target = as_blocks if block_type(block) == "tool_use" else as_tool
+        target.append((call_id, _call_name(block)))
+    messages: list[dict[str, Any]] = [
+        {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "content": _text(name),
+            "metadata": _note([call_id]),
+        }
+        for call_id, name in as_tool
+    ]
+    if as_blocks:
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": call_id,
+                        "is_error": True,
+                        "content": _text(name),
+                    }
+                    for call_id, name in as_blocks
+                ],
+                "metadata": _note([call_id for call_id, _ in as_blocks]),
+            }
+        )
+    return messages
