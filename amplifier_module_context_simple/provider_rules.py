@@ -73,7 +73,10 @@ OpenAI Chat Completions:
   of text parts (O5: ``content: Required[Union[str, Iterable[ChatCompletionContentPartTextParam]]]``);
   the API reference adds "For tool messages, only type `text` is supported."
   (https://platform.openai.com/docs/api-reference/chat/create). A result converted from a
-  ``tool_result`` block with no content gets ``""`` from the adapter and passes.
+  ``tool_result`` block with no content gets ``""`` from the adapter and passes; the
+  non-text parts of an Anthropic ``tool_result`` (images, documents) are sent by the
+  adapter in a user message after the tool messages, as adapters between the two formats
+  do, while a native ``role: tool`` message with an image part is a violation.
 
 Anthropic Messages:
 
@@ -408,6 +411,12 @@ def _report_results_in_assistant(
 # OpenAI Chat Completions.
 
 
+def _is_media(part: object) -> bool:
+    """A well-formed non-text content part (junk stays put, to be reported)."""
+    kind = _get(part, "type")
+    return isinstance(kind, str) and bool(kind) and kind != "text"
+
+
 def _to_openai(
     messages: list[tuple[int, Mapping[str, Any]]], report: _Report
 ) -> list[_OpenAIMessage]:
@@ -432,6 +441,15 @@ def _to_openai(
                 if not _given(result.content):
                     # The adapter must send some content; it sends an empty string.
                     result = _Result(result.id, position, "", result.is_error)
+                elif _is_sequence(result.content):
+                    # Tool messages take only text parts: an adapter sends the other parts
+                    # of an Anthropic result (images, documents) in the user message that
+                    # follows the tool messages.
+                    parts = list(result.content)  # type: ignore[call-overload]
+                    moved = [part for part in parts if _is_media(part)]
+                    kept = [part for part in parts if not _is_media(part)]
+                    rest.extend(moved)
+                    result = _Result(result.id, position, kept or "", result.is_error)
                 converted.append(_OpenAIMessage("tool", position, result=result))
             if rest or not _blocks(message.get("content")):
                 converted.append(_OpenAIMessage(role, position))

@@ -606,3 +606,33 @@ def test_unknown_dialect_is_a_value_error() -> None:
 
 def test_an_empty_view_has_no_tool_violations() -> None:
     assert [outcome([], dialect) for dialect in DIALECTS] == [VALID, VALID]
+
+
+def test_images_of_an_anthropic_result_move_to_a_user_message_for_openai() -> None:
+    """An adapter sends the image of an Anthropic ``tool_result`` in the user message after
+    the tool messages (tool messages take only text): valid in both dialects."""
+    view = [
+        {"role": "user", "content": "look at the screen"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "shot", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": [
+                        {"type": "text", "text": "captured"},
+                        {
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"},
+                        },
+                    ],
+                }
+            ],
+        },
+    ]
+    assert provider_violations(view, "openai") == []
+    assert provider_violations(view, "anthropic") == []

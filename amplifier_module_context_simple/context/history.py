@@ -45,6 +45,7 @@ from .classify import (
 )
 from .estimate import estimate_message
 from .ingress import IngressClip, cap_tool_result
+from .ids import fresh_ids, renamed_calls, renamed_results
 from .synthesize import synthesized_results
 
 logger = logging.getLogger(__name__)
@@ -222,6 +223,8 @@ class _Run:
     """Where the next pure result carrier goes in ``History.order``."""
     mixed_end: int
     """Where the next message mixing results and other content goes."""
+    renames: dict[str, str]
+    """Reused call ids and the names views show them under (see ``ids.py``)."""
 
 
 @dataclass(slots=True)
@@ -244,6 +247,11 @@ class History:
     synthesized: dict[int, Synthesized] = field(default_factory=dict)
     """Call message seq -> the results views supply for its unanswered calls."""
     _run: _Run | None = None
+    _declared: set[str] = field(default_factory=set)
+    """Every call id (and view name) declared so far, to make reused ids unique."""
+    body_prefix: list[int] = field(default_factory=lambda: [0])
+    """``body_prefix[n]``: see ``uncompacted_body_tokens``."""
+    _body_added: int = 0
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -315,6 +323,15 @@ class History:
                 public = None
         else:
             public = public_form(capped, frozenset())
+        renames: dict[str, str] = {}
+        if public is not None and info.role == "assistant" and info.call_ids:
+            renames = fresh_ids(info.call_ids, self._declared)
+            if renames:
+                public = renamed_calls(public, renames)
+        elif public is not None and run is not None and run.renames:
+            shown_as = {i: run.renames[i] for i in in_place if i in run.renames}
+            if shown_as:
+                public = renamed_results(public, shown_as)
         tokens = estimate_message(public) if public is not None else 0
         entry = Entry(
             seq=seq,
@@ -327,31 +344,50 @@ class History:
         )
         self.entries.append(entry)
         self.next_seq = seq + 1
+        self._body_added = tokens if entry.kind == BODY else 0
         if public is not None:
             # A message no view shows (a reference-only row, an orphan) declares and
             # answers nothing: linking it would show a result whose call is never shown.
-            self._place(entry, in_place)
+            self._place(entry, in_place, renames)
             if info.is_human:
                 if self.first_human is None:
                     self.first_human = seq
                 self.last_human = seq
             if info.is_envelope:
                 self.latest_envelope[stored["content"]] = seq
+        self.body_prefix.append(self.body_prefix[-1] + self._body_added)
         return entry, clip
 
-    def _place(self, entry: Entry, in_place: tuple[str, ...]) -> None:
-        """Link ``entry`` to its run and put it in the display order."""
+    def uncompacted_body_tokens(self, length: int) -> int:
+        """Estimated tokens of the non-system messages a view of ``length`` entries shows
+        with no compaction (synthesized results included)."""
+        return self.body_prefix[length]
+
+    def _place(self, entry: Entry, in_place: tuple[str, ...], renames: dict[str, str]) -> None:
+        """Link ``entry`` to its run and put it in the display order.
+
+        A new assistant turn closes the open run; so does a person's own turn (a call
+        that a person speaks after was interrupted: both APIs reject the request
+        otherwise). A machine-written note does not: results still to come are placed
+        before it.
+        """
         seq, info = entry.seq, entry.info
         if info.role == "assistant":
             self._close_run(seq)
             self.order.append(seq)
             if info.call_ids:
                 end = len(self.order)
-                self._run = _Run(seq, end - 1, dict.fromkeys(info.call_ids), end, end)
+                self._run = _Run(
+                    seq, end - 1, dict.fromkeys(info.call_ids), end, end, renames
+                )
                 self.unanswered[seq] = set(info.call_ids)
+                self._declared.update(info.call_ids)
+                self._declared.update(renames.values())
             return
         run = self._run
         if run is None or not in_place:
+            if info.is_human:
+                self._close_run(seq)
             self.order.append(seq)
             return
         for call_id in in_place:
@@ -365,6 +401,8 @@ class History:
             position = run.mixed_end
         run.mixed_end += 1
         self._insert(position, seq)
+        if info.is_human:
+            self._close_run(seq)
 
     def _close_run(self, closing: int) -> None:
         """A new assistant turn: the open run's unanswered calls get synthesized results."""
@@ -373,21 +411,23 @@ class History:
             return
         owner = self.entries[run.owner]
         assert owner.public is not None
-        ids = tuple(run.pending)
+        ids = tuple(run.renames.get(call_id, call_id) for call_id in run.pending)
         messages = tuple(synthesized_results(owner.public, ids))
+        tokens = sum(estimate_message(m) for m in messages)
         self.synthesized[run.owner] = Synthesized(
             owner=run.owner,
             closed_at=closing,
             call_ids=ids,
             messages=messages,
-            tokens=sum(estimate_message(m) for m in messages),
+            tokens=tokens,
         )
+        self._body_added += tokens
         self._insert(run.owner_index + 1, synthesized_marker(run.owner))
         for call_id in ids:
             logger.warning(
-                "context-simple: tool call %s (message %d) has no recorded result and a later "
-                "assistant turn follows it; views answer it with a synthesized error result "
-                "(the stored history is unchanged)",
+                "context-simple: tool call %s (message %d) has no recorded result and the "
+                "conversation went on after it; views answer it with a synthesized error "
+                "result (the stored history is unchanged)",
                 call_id,
                 run.owner,
             )

@@ -151,13 +151,14 @@ class Ladder:
 
         1. truncate tool results, largest first, the protected ones included;
         2. remove tool groups and assistant turns, oldest first (a group whole, never one
-           with a call still pending or holding a user's words);
-        3. stub user turns oldest first, then drop those stubs.
+           with a call still pending);
+        3. stub user turns oldest first, then drop those stubs and the user turns that have
+           no smaller stub.
 
         Request-protected messages (system messages, which are not items, the first and
-        latest human prompts, retained reminders, and whatever the caller protects) and
-        loaded-tool state are never touched. ``fits`` is judged against ``limit`` from here
-        on.
+        latest human prompts, retained reminders, and whatever the caller protects),
+        loaded-tool state and groups with a pending call are never touched. ``fits`` is
+        judged against ``limit`` from here on.
         """
         self.target = limit
         if self.total <= limit:
@@ -172,13 +173,24 @@ class Ladder:
             if self._is_user_turn(item) and item.seq not in self.protected and item.form == "full":
                 self._stub(item)
         doomed: set[int] = set()
+        groups = self._groups()
         for index, item in enumerate(self.items):
             if self.fits:
                 break
-            if item.form == "stubbed" and item.seq not in self.protected:
-                self._drop([index], doomed)
+            if index in doomed or not self._is_user_turn(item) or self._untouchable(item):
+                continue
+            members = groups.get(item.group, [index]) if item.info.result_ids else [index]
+            if item.info.result_ids and item.group in self.incomplete_groups:
+                continue
+            if any(self._untouchable(self.items[m]) for m in members if m != index):
+                continue
+            self._drop(members, doomed)
         self._compact(doomed)
         self.floor_removed = self.changes - before - len(self.floor_truncated)
+
+    def _untouchable(self, item: Item) -> bool:
+        """What ``reduce_floor`` never removes."""
+        return item.seq in self.protected or item.info.has_loaded_tool_state
 
     def _truncate_largest_results(self) -> None:
         reduce = self.truncate_protected
@@ -204,21 +216,12 @@ class Ladder:
         for index, item in enumerate(self.items):
             if self.fits:
                 break
-            if (
-                index in doomed
-                or item.seq in self.protected
-                or item.info.has_loaded_tool_state
-                or self._is_user_turn(item)
-                or item.info.is_system
-            ):
+            if index in doomed or self._untouchable(item) or self._is_user_turn(item):
                 continue
             if item.info.call_ids or item.info.result_ids:
                 members = groups.get(item.group, [index])
                 if item.group in self.incomplete_groups or any(
-                    self.items[m].seq in self.protected
-                    or self._is_user_turn(self.items[m])
-                    or self.items[m].info.has_loaded_tool_state
-                    for m in members
+                    self._untouchable(self.items[m]) for m in members
                 ):
                     continue
                 self._drop(members, doomed)

@@ -375,7 +375,9 @@ class SimpleContextManager:
         view = self.render(plan, decisions) if staged is not None else rendered
         # The notice is part of the view: it must fit the budget and may not make a
         # compacted view larger than the view the compaction started from.
-        ceiling = min(plan.budget, rendered.tokens) if staged is not None else plan.budget
+        ceiling = self.notice_ceiling(plan, rendered)
+        if staged is not None:
+            ceiling = min(ceiling, rendered.tokens)
         messages, notice_tokens = self.with_notice(
             view.messages, decisions, room=ceiling - view.tokens
         )
@@ -482,6 +484,12 @@ class SimpleContextManager:
                 required=required,
             )
 
+    def notice_ceiling(self, plan: RequestPlan, rendered: Rendered) -> int:
+        """The most a view with its notice may weigh: the budget, and never more than the
+        view of the same history with no compaction at all."""
+        uncompacted = rendered.system_tokens + self._history.uncompacted_body_tokens(plan.length)
+        return min(plan.budget, uncompacted)
+
     def irreducible_tokens(self, plan: RequestPlan, rendered: Rendered) -> int:
         """Tokens of what no reduction touches: system messages and request-protected ones."""
         entries = self._history.entries
@@ -574,8 +582,9 @@ class SimpleContextManager:
         )
 
     def reduce_floor(self, ladder: Ladder, limit: int) -> None:
-        """Reduce the protected floor of ``ladder`` to ``limit`` (see ``Ladder.reduce_floor``)."""
-        self._compactor.reduce_floor(ladder, limit)
+        """Reduce the protected floor of ``ladder`` to ``limit`` (see ``Ladder.reduce_floor``),
+        leaving room for the minimal notice."""
+        self._compactor.reduce_floor(ladder, limit - self._compactor.notice_allowance(limit))
 
     def ordinary_target(self, plan: RequestPlan) -> int:
         """The target of an ordinary request: the whole budget for hard fit."""

@@ -166,6 +166,8 @@ class Negotiation:
         """Our estimate of the view under the committed decisions (set by ``candidate``)."""
         self.synthesized = 0
         """Synthesized results in the latest candidate (for the meter stats)."""
+        self.limit_ceiling = plan.budget
+        """While the floor is reduced: the provider's limit in our estimate's units."""
 
     # -- seams -------------------------------------------------------------------
 
@@ -177,7 +179,7 @@ class Negotiation:
         """
         rendered = self.store.render(self.plan, decisions)
         self.synthesized = rendered.synthesized
-        ceiling = self.plan.budget
+        ceiling = min(self.store.notice_ceiling(self.plan, rendered), self.limit_ceiling)
         if decisions is not self.plan.decisions:
             ceiling = min(ceiling, self.base_tokens)
         else:
@@ -405,6 +407,7 @@ class Negotiation:
             assert last.estimated is not None and last.limit is not None
             ratio = last.estimated / last.own_estimate if last.own_estimate > 0 else 1.0
             limit = int(last.limit / max(ratio, 1e-9) * (1 - SKIP_MARGIN))
+            self.limit_ceiling = limit  # the notice must fit under the limit too
             before = ladder.changes
             self.store.reduce_floor(ladder, limit)
             if ladder.changes == before:
