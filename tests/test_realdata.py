@@ -100,7 +100,9 @@ def _call_ids(message: Mapping[str, Any]) -> set[str]:
     ids = {c.get("id") for c in message.get("tool_calls") or () if isinstance(c, Mapping)}
     content = message.get("content")
     if isinstance(content, list):
-        ids |= {b.get("id") for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"}
+        ids |= {
+            b.get("id") for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"
+        }
     return {i for i in ids if isinstance(i, str)}
 
 
@@ -287,4 +289,3 @@ def test_the_real_data_covers_every_format() -> None:
     """The suite's real data has conversations in all three formats (not only OpenAI)."""
     formats = {conversation.format for conversation in conversations()}
     assert formats == {"openai", "anthropic", "amplifier"}
-

@@ -377,9 +377,7 @@ class History:
             self.order.append(seq)
             if info.call_ids:
                 end = len(self.order)
-                self._run = _Run(
-                    seq, end - 1, dict.fromkeys(info.call_ids), end, end, renames
-                )
+                self._run = _Run(seq, end - 1, dict.fromkeys(info.call_ids), end, end, renames)
                 self.unanswered[seq] = set(info.call_ids)
                 self._declared.update(info.call_ids)
                 self._declared.update(renames.values())

@@ -3,7 +3,8 @@
 Contract:
 
 - ``message_texts(message)`` lists every provider-visible string of one ``Message``: string
-  content; text, thinking and tool-result blocks; tool-call names and arguments (typed
+  content; text, thinking and tool-result blocks (a result's images count as images,
+  ``IMAGE_TOKENS`` each, never as the text of their base64 data); tool-call names and arguments (typed
   ``tool_call`` blocks and OpenAI-style ``tool_calls`` carried as extra fields); the
   message ``name``. Metadata is never provider-visible and is not counted.
 - ``count_request(request)`` counts all of them in one ``toktok.batch_count`` call and adds
@@ -76,6 +77,28 @@ def _call_texts(call: Any) -> list[str]:
     return [str(name), _dump(call.get("arguments") or call.get("input") or "")]
 
 
+def _is_image(part: Any) -> bool:
+    kind = part.get("type") if isinstance(part, Mapping) else getattr(part, "type", None)
+    return kind == "image" or isinstance(part, ImageBlock)
+
+
+def _output_texts(output: Any) -> list[str]:
+    """Provider-visible strings of a tool result's output: its text, not image bytes.
+
+    A provider sees an image inside a result as an image (``IMAGE_TOKENS``, counted by
+    ``_image_count``), never as the text of its base64 data.
+    """
+    if isinstance(output, list):
+        texts: list[str] = []
+        for part in output:
+            if _is_image(part):
+                continue
+            text = part.get("text") if isinstance(part, Mapping) else getattr(part, "text", None)
+            texts.append(text if isinstance(text, str) else _dump(part))
+        return texts
+    return [_dump(output)]
+
+
 def _block_texts(block: Any) -> list[str]:
     """Provider-visible strings of one typed content block."""
     if isinstance(block, TextBlock):
@@ -87,7 +110,7 @@ def _block_texts(block: Any) -> list[str]:
     if isinstance(block, ToolCallBlock):
         return [block.name, _dump(block.input)]
     if isinstance(block, ToolResultBlock):
-        return [_dump(block.output)]
+        return _output_texts(block.output)
     if isinstance(block, ReasoningBlock):
         return [_dump(block.summary)]
     if isinstance(block, ImageBlock):
@@ -112,9 +135,16 @@ def message_texts(message: Message) -> list[str]:
 
 
 def _image_count(message: Message) -> int:
+    """Images in ``message``: image blocks, and images inside tool-result outputs."""
     if isinstance(message.content, str):
         return 0
-    return sum(1 for block in message.content if isinstance(block, ImageBlock))
+    count = 0
+    for block in message.content:
+        if isinstance(block, ImageBlock):
+            count += 1
+        elif isinstance(block, ToolResultBlock) and isinstance(block.output, list):
+            count += sum(1 for part in block.output if _is_image(part))
+    return count
 
 
 def count_messages(messages: Sequence[Message]) -> tuple[list[int], list[int]]:
