@@ -44,8 +44,8 @@ from .classify import (
     has_anonymous_results,
 )
 from .estimate import estimate_message
-from .ingress import IngressClip, cap_tool_result
 from .ids import fresh_ids, renamed_calls, renamed_results
+from .ingress import IngressClip, cap_tool_result
 from .synthesize import synthesized_results
 
 logger = logging.getLogger(__name__)
