@@ -44,6 +44,7 @@ import anyio
 from .context.config import ContextConfig
 from .context.estimate import estimate_message
 from .context.history import validate_message
+from .context.ingress import cap_tool_result
 from .context.manager import BUDGET_EVENT, COMPACTION_EVENT, SimpleContextManager
 from .errors import InvalidMessageError
 
@@ -231,7 +232,8 @@ class RequestRecord:
     number: int
     history_messages: int
     history_tokens: int
-    """The module's estimate of every admitted message, uncompacted."""
+    """The module's estimate of every admitted message as the module holds it - after the
+    tool-result ingress cap - uncompacted: what a request without compaction shows."""
     view_messages: int
     view_tokens: int
     """The module's estimate of the returned view (notice included)."""
@@ -328,7 +330,10 @@ async def replay(
             await request()
         await manager.add_message(message)
         admitted += 1
-        history_tokens += estimate_message(message)
+        # As admitted: the same ingress cap add_message applies (metadata, where the
+        # module keeps its bookkeeping, is not estimated).
+        capped, _ = cap_tool_result(message, config.max_tool_result_bytes)
+        history_tokens += estimate_message(capped)
     await request()
     budgets = [d for e, d in log.events if e == BUDGET_EVENT]
     return Run(name, overrides, config, budgets[-1], records)

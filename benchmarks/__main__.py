@@ -2,10 +2,12 @@
 
     uv run --frozen python -m benchmarks [--cases N] [--strict]
 
-One table, four sections: per-history-size timings and memory against a baseline of the
+One table, five sections: per-history-size timings and memory against a baseline of the
 existing module (``benchmarks.timing``), provider counts per negotiated request with and
-without count skipping (``benchmarks.negotiation``), the estimator's ratio to o200k_base
-per content class (``benchmarks.calibrate``), and the targets with PASS/FAIL. A legend
+without count skipping on generated and on real conversations (``benchmarks.negotiation``
+with the independent counter of ``benchmarks.provider``), the estimator's ratio to
+o200k_base per content class on the synthetic corpus (``benchmarks.calibrate``) and on
+real messages (``benchmarks.real``), and the targets with PASS/FAIL. A legend
 saying exactly what each figure is follows the table. Absolute numbers depend on the
 machine (and on whatever else runs on it); the targets are ratios.
 
@@ -16,14 +18,16 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import platform
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from benchmarks import calibrate, negotiation, timing
+from benchmarks import calibrate, negotiation, real, timing
 from benchmarks.timing import SizeResult
 
 STEADY_SPEEDUP_TARGET = 20.0
@@ -169,17 +173,20 @@ def size_targets(results: Sequence[SizeResult]) -> list[Target]:
 
 
 def negotiation_targets(summary: negotiation.Summary) -> list[Target]:
+    label = f"negotiated ({summary.label})"
+    if not summary.cases:
+        return [Target(f"{label}: counts and final size", "no cases", "-", False)]
     median = summary.median_calls("skip")
     within = summary.within_fraction
     return [
         Target(
-            "negotiated: median counts per request, skipping",
+            f"{label}: median counts, skipping",
             f"{median:g}",
             f"<= {MEDIAN_COUNTS_LIMIT}",
             median <= MEDIAN_COUNTS_LIMIT,
         ),
         Target(
-            "negotiated: final size within 5% of every-rung",
+            f"{label}: final within 5% of every-rung",
             f"{within:.1%}",
             f">= {WITHIN_FRACTION_TARGET:.0%} of requests",
             within >= WITHIN_FRACTION_TARGET,
@@ -197,6 +204,25 @@ def calibration_target(rows: Sequence[calibrate.Row]) -> Target:
         f"[{lo}, {hi}] / [{alo}, {ahi}]",
         not failures,
     )
+
+
+def real_estimator_target(rows: Sequence[real.Row]) -> Target:
+    """The synthetic corpus's bounds, on real conversations: the median per-message ratio
+    of every content class with messages (``no_text`` excepted: it has no text to
+    estimate), and the aggregate (sum) ratio over all messages."""
+    lo, hi = calibrate.CLASS_RATIO_BOUNDS
+    alo, ahi = calibrate.AGGREGATE_RATIO_BOUNDS
+    name = "estimator on real messages: class medians / all"
+    goal = f"[{lo}, {hi}] / [{alo}, {ahi}]"
+    if not rows or rows[-1].messages == 0:
+        return Target(name, "no messages", goal, False)
+    failures = real.check_rows(
+        [r for r in rows if r.cls != "no_text"], (lo, hi), calibrate.AGGREGATE_RATIO_BOUNDS
+    )
+    measured = (
+        "all in bounds" if not failures else "out: " + ", ".join(f.split(":")[0] for f in failures)
+    )
+    return Target(name, measured, goal, not failures)
 
 
 # -- sections ------------------------------------------------------------------------------
@@ -262,26 +288,35 @@ def size_rows(results: Sequence[SizeResult]) -> list[list[str]]:
 
 
 def negotiation_rows(s: negotiation.Summary) -> list[list[str]]:
+    """The rows of one set of cases (generated or real), each titled with the set's label."""
+    if not s.cases:
+        return [[f"{s.label}: no cases", "", ""]]
+
     def outcomes(policy: str) -> str:
         short = {"target_reached": "target", "protected_floor": "floor"}
         return ", ".join(f"{short.get(k, k)} {v}" for k, v in s.outcomes(policy).items())
 
+    def histogram(policy: str) -> str:
+        return " ".join(f"{n}:{k}" for n, k in s.histogram(policy).items())
+
     sizes = [c.messages for c in s.cases]
-    return [
+    sources = len({c.source for c in s.cases})
+    noun = "mixes" if s.label == "generated" else "conversations"
+    rows = [
         [
-            "cases: messages (min-max) / mixes",
-            f"{len(s.cases)}: {min(sizes)}-{max(sizes)} msgs / {len({c.mix for c in s.cases})}",
+            f"{s.label}: cases: messages (min-max) / {noun}",
+            f"{len(s.cases)}: {min(sizes)}-{max(sizes)} msgs / {sources}",
             "",
         ],
-        ["counts per request: mean", f"{s.mean_calls('skip'):.2f}", f"{s.mean_calls('every'):.2f}"],
         [
-            "counts per request: median / max",
-            f"{s.median_calls('skip'):g} / {s.max_calls('skip')}",
-            f"{s.median_calls('every'):g} / {s.max_calls('every')}",
+            "  counts per request: median / mean / max",
+            f"{s.median_calls('skip'):g} / {s.mean_calls('skip'):.2f} / {s.max_calls('skip')}",
+            f"{s.median_calls('every'):g} / {s.mean_calls('every'):.2f} / {s.max_calls('every')}",
         ],
-        ["outcomes", outcomes("skip"), outcomes("every")],
+        ["  requests per number of counts", histogram("skip"), histogram("every")],
+        ["  outcomes", outcomes("skip"), outcomes("every")],
         [
-            "final counted size: skipping / every-rung",
+            "  final counted size: skipping / every-rung",
             f"mean {s.mean_ratio:.4f} (min {s.min_ratio:.3f}, max {s.max_ratio:.3f})",
             "1 (reference)",
         ],
@@ -291,6 +326,9 @@ def negotiation_rows(s: negotiation.Summary) -> list[list[str]]:
             "",
         ],
     ]
+    if s.first_differs:
+        rows.append(["  first count differs from the history's", f"{s.first_differs} requests", ""])
+    return rows
 
 
 def calibration_rows_table(rows: Sequence[calibrate.Row]) -> list[list[str]]:
@@ -303,6 +341,26 @@ def calibration_rows_table(rows: Sequence[calibrate.Row]) -> list[list[str]]:
             f"{row.ratio:.3f}",
             f"{row.p5:.3f}",
             f"{row.p95:.3f}",
+        ]
+        for row in rows
+    ]
+
+
+def real_estimator_rows_table(rows: Sequence[real.Row]) -> list[list[str]]:
+    def ratio(value: float) -> str:
+        return "-" if math.isnan(value) else f"{value:.3f}"  # NaN: no messages
+
+    return [
+        [
+            row.cls,
+            f"{row.messages}",
+            f"{row.reference:,}",
+            f"{row.estimated:,}",
+            ratio(row.ratio),
+            ratio(row.median),
+            ratio(row.p10),
+            ratio(row.p90),
+            ratio(row.median_no_ids),
         ]
         for row in rows
     ]
@@ -345,14 +403,34 @@ Legend
   tracemalloc peak during one steady-state request minus current before it (the returned
   view counted); baseline extra likewise for the baseline request.
 - Negotiated requests (benchmarks/negotiation.py): get_measured_request_view with
-  token_meter "actual" on windows of 40-400 messages of 6 content mixes x 3 seeds; the
-  simulated provider counts o200k_base BPE (toktok) of the provider-visible texts plus 4
-  tokens per message; budget = 800 + first count / U[1.1, 3.5], so the first count is
-  above the trigger; each case runs on two fresh identical managers (count skipping on,
-  and count_every_rung=True) and the transaction is committed. Final counted size =
-  measured_after.
-- Estimator: benchmarks/calibrate.py calibration_rows() - estimate / o200k_base reference
-  on its held-out corpus, per class and aggregate, with per-sample p5 / p95."""
+  token_meter "actual"; generated = windows of 40-400 messages of 6 content mixes x 3
+  seeds; real = every real conversation, whole, with 8 budgets each. The simulated
+  provider is benchmarks/provider.py, which shares nothing with the module's estimator:
+  the view is converted to the OpenAI Chat Completions messages it would be sent as
+  (Amplifier calls and Anthropic tool_use blocks as tool_calls, tool_result blocks as
+  role "tool" messages, metadata and thinking dropped) and counted with o200k_base BPE
+  (toktok) over role, content texts, name, tool_call_id and each call's id, name and
+  arguments, plus OpenAI's published accounting: 3 tokens per message, 1 per name, 3 per
+  request (reply priming); images by OpenAI's published tile rule (85 low detail, 765
+  when the size is unknown). Policy budget (budget minus the notice reserve) = the
+  provider's count of the history / U[1.1, 3.5], so the first count is above the
+  trigger; each case runs on two fresh identical managers (count skipping on, and
+  count_every_rung=True) and the transaction is committed. Final counted size =
+  measured_after. "requests per number of counts" = n:k, k requests made n counts.
+  "first count differs": the module's full view is not the history as given (it
+  answers interrupted calls, renames reused call ids), so its count differs.
+- Estimator (synthetic): benchmarks/calibrate.py calibration_rows() - estimate /
+  o200k_base reference on its held-out corpus, per class and aggregate, with per-sample
+  p5 / p95 (the reference tokenizes the texts the estimator selects).
+- Estimator (real messages): benchmarks/real.py - per message of every real conversation,
+  estimate_message / the independent counter's tokens for the same message (per-message
+  overhead included, no reply priming); class by the message's longest text field:
+  tool-call arguments -> tool_args, else JSON object/array -> json, >= 20% CJK -> cjk,
+  >= 40% code-like lines -> code, else prose; no text at all -> no_text. ratio = sum
+  estimated / sum reference; median, p10, p90 of per-message ratios; "no ids" = median
+  against the reference without the call ids (tool_call_id, tool_calls[].id), whose
+  billing no provider publishes. Target: class medians (no_text excepted) in the
+  synthetic per-class bounds, and the real aggregate ratio in the aggregate bounds."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -377,13 +455,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = timing.run()
     phases.append(("sizes", time.perf_counter() - t))
     t = time.perf_counter()
+    conversations = real.conversations()
     summary = negotiation.run(args.cases)
+    real_summary = negotiation.run_real(conversations)
     phases.append(("negotiation", time.perf_counter() - t))
     t = time.perf_counter()
     rows = calibrate.calibration_rows()
+    real_rows = real.estimator_rows(conversations)
     phases.append(("calibration", time.perf_counter() - t))
 
-    targets = [*size_targets(results), *negotiation_targets(summary), calibration_target(rows)]
+    targets = [
+        *size_targets(results),
+        *negotiation_targets(summary),
+        *negotiation_targets(real_summary),
+        calibration_target(rows),
+        real_estimator_target(real_rows),
+    ]
 
     table = Table()
     table.title(
@@ -395,7 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     table.section(
         ["negotiated requests (provider counts)", "count skipping (default)", "count_every_rung"],
-        negotiation_rows(summary),
+        negotiation_rows(summary) + negotiation_rows(real_summary),
     )
     table.section(
         [
@@ -408,6 +495,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             "p95",
         ],
         calibration_rows_table(rows),
+    )
+    table.section(
+        [
+            f"estimator vs {calibrate.ENCODING}, real messages",
+            "messages",
+            "reference",
+            "estimated",
+            "ratio",
+            "median",
+            "p10",
+            "p90",
+            "no ids",
+        ],
+        real_estimator_rows_table(real_rows),
     )
     table.section(
         ["targets", "measured", "target", "result"],
@@ -423,6 +524,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print()
     print(LEGEND)
+    for negotiated in (summary, real_summary):
+        for count, first in negotiated.warnings:
+            print(
+                textwrap.fill(
+                    f"- Module log warning during the {negotiated.label} negotiations, "
+                    f"{count} times (the first shown): {first}",
+                    width=90,
+                    subsequent_indent="  ",
+                    break_on_hyphens=False,
+                )
+            )
+    names = ", ".join(f"{c.name} ({c.format}, {len(c.messages)})" for c in conversations)
+    print(
+        textwrap.fill(
+            f"- Real conversations ({real.source()}): {len(conversations)} - "
+            + (names or "none found"),
+            width=90,
+            subsequent_indent="  ",
+            break_on_hyphens=False,
+        )
+    )
     return 1 if args.strict and passed < len(targets) else 0
 
 

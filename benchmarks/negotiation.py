@@ -1,84 +1,76 @@
 """Provider counts per negotiated request: count skipping (default) vs ``count_every_rung``.
 
 Each case is one compacting negotiation through ``get_measured_request_view`` on a
-``token_meter: "actual"`` manager:
+``token_meter: "actual"`` manager. Two sets of cases, reported separately:
 
-- a history of 40-400 messages, a window of a deterministic session
+- generated: a history of 40-400 messages, a window of a deterministic session
   (``histories.window``) of one of the content mixes in ``histories.MIXES`` and one of a
   few session seeds, starting at a random user prompt;
-- a simulated provider: ``count_view(view)`` returns the o200k_base BPE count (toktok) of
-  the provider-visible text of the view - the texts ``estimate.provider_texts`` names
-  for each message (string content, text blocks, tool-call names and arguments,
-  tool-result content), each tokenized as the separate field it is - plus
-  ``PROVIDER_MESSAGE_OVERHEAD`` tokens per message. Counts are cached per text. The
-  envelope is ``{dispatch, budget_decision: {estimated_input_tokens, input_limit_tokens,
-  context_token_budget, measurement: {kind: "provider_count", source: "bench.o200k",
-  input_tokens}}}`` with ``estimated_input_tokens`` = the count and a hard input limit
-  far above the view (the limit never binds: this measures the rung search, not
-  ``fit_output``);
+- real: every real conversation (``benchmarks.real.conversations()``: the project's
+  ``tests/data/real``), whole, ``REAL_BUDGETS`` times with different budgets.
+
+For every case:
+
+- a simulated provider: ``count_view(view)`` returns the count of ``benchmarks.provider``
+  - the view converted to the OpenAI Chat Completions ``messages`` it would be sent as and
+  counted with o200k_base BPE (toktok) over the serialized message fields, plus 3 tokens
+  per message, 1 per ``name`` and 3 per request for the reply priming (OpenAI's published
+  accounting; that module's docstring says exactly what is counted). It shares nothing
+  with the module's estimator (``context/estimate.py``). Counts are cached per string.
+  The envelope is ``{dispatch, budget_decision: {estimated_input_tokens,
+  input_limit_tokens, context_token_budget, measurement: {kind: "provider_count", source:
+  "bench.o200k", input_tokens}}}`` with ``estimated_input_tokens`` = the count and a hard
+  input limit far above the view (the limit never binds: this measures the rung search,
+  not ``fit_output``);
 - a budget ``B`` (``max_tokens`` and ``max_tokens_fallback``) chosen so the first count is
-  above the trigger: ``B = 800 + count0 / u`` with ``u`` uniform in [1.1, 3.5], so the
-  trigger ``0.92 * (B - 800)`` is at most 84% of the first count and the target
-  ``0.5 * (B - 800)`` is 14-45% of it;
+  above the trigger: the policy budget ``E = B - reserve`` (the notice reserve: 800
+  tokens, at most a quarter of ``B``) is ``count0 / u`` with ``count0`` the provider's
+  count of the history and ``u`` uniform in [1.1, 3.5], so the trigger ``0.92 * E`` is at
+  most 84% of the first count and the target ``0.5 * E`` is 14-45% of it (``budget_for``;
+  ``B = 800 + count0 / u`` whenever ``E >= 2400``);
 - the negotiation runs twice, on two fresh identical managers: skipping on (default) and
   off (``count_every_rung=True``); the transaction is committed.
 
-Reported: counts per request (``count_calls``) for each policy, and the final counted size
-(``measured_after``) with skipping relative to the count-every-rung one.
+Reported per set: counts per request (``count_calls``) for each policy, and the final
+counted size (``measured_after``) with skipping relative to the count-every-rung one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import random
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from amplifier_module_context_simple.context import estimate
 from amplifier_module_context_simple.context.manager import SimpleContextManager
-from benchmarks import histories
+from benchmarks import histories, real
+from benchmarks.provider import Counter
 
-ENCODING = "o200k_base"
 SOURCE = "bench.o200k"
-PROVIDER_MESSAGE_OVERHEAD = 4
+PACKAGE = "amplifier_module_context_simple"
 CASES = 240
 SEEDS = 3
 MIN_MESSAGES, MAX_MESSAGES = 40, 400
+REAL_BUDGETS = 8
 BUDGET_DIVISOR = (1.1, 3.5)
 NOTICE_RESERVE = 800  # the module's default compaction_notice_token_reserve
 WITHIN = 0.05
 
 
 class BpeProvider:
-    """The simulated provider's counter: o200k BPE of the provider-visible text."""
+    """The simulated provider: ``benchmarks.provider.Counter`` over the whole request."""
 
     def __init__(self) -> None:
-        import toktok  # type: ignore[import-untyped]
-
-        self._batch_count = toktok.batch_count
-        self._cache: dict[str, int] = {}
+        self.counter = Counter()
         self.calls = 0
 
     def count(self, messages: Sequence[dict[str, Any]]) -> int:
-        per_message: list[list[str]] = []
-        missing: dict[str, None] = {}
-        cache = self._cache
-        for message in messages:
-            texts, _ = estimate.provider_texts(message)
-            per_message.append(texts)
-            for text in texts:
-                if text not in cache:
-                    missing[text] = None
-        if missing:
-            texts = list(missing)
-            for text, n in zip(texts, self._batch_count(texts, ENCODING), strict=True):
-                cache[text] = n
         self.calls += 1
-        return sum(
-            PROVIDER_MESSAGE_OVERHEAD + sum(cache[t] for t in texts) for texts in per_message
-        )
+        return self.counter.count_request(messages)
 
     def envelope(self, view: Sequence[dict[str, Any]], budget: int, limit: int) -> dict[str, Any]:
         count = self.count(view)
@@ -96,10 +88,14 @@ class BpeProvider:
 @dataclass(frozen=True)
 class Case:
     index: int
-    mix: str
+    source: str
+    """The content mix (generated) or the conversation's name (real)."""
     messages: int
     budget: int
+    history_count: int
+    """The provider's count of the history as given (the budget is derived from it)."""
     first_count: int
+    """The provider's first count of the negotiation (``measured_before``)."""
     skip_calls: int
     every_calls: int
     skip_final: int
@@ -118,9 +114,38 @@ class Case:
         return abs(self.skip_final - self.every_final) <= WITHIN * self.every_final
 
 
+class WarningTally(logging.Handler):
+    """The module's log warnings during a run: first message per template, and counts."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.tally: dict[str, tuple[int, str]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        count, first = self.tally.get(str(record.msg), (0, record.getMessage()))
+        self.tally[str(record.msg)] = (count + 1, first)
+
+
+@contextlib.contextmanager
+def tallied_warnings() -> Iterator[WarningTally]:
+    """Route the module's log records to a ``WarningTally`` instead of stderr."""
+    logger = logging.getLogger(PACKAGE)
+    handler, propagate = WarningTally(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
 @dataclass(frozen=True)
 class Summary:
+    label: str
     cases: list[Case]
+    warnings: list[tuple[int, str]] = field(default_factory=list)
+    """The module's log warnings: (count, first message) per distinct message."""
 
     def calls(self, policy: str) -> list[int]:
         return [getattr(c, f"{policy}_calls") for c in self.cases]
@@ -133,6 +158,13 @@ class Summary:
 
     def max_calls(self, policy: str) -> int:
         return max(self.calls(policy))
+
+    def histogram(self, policy: str) -> dict[int, int]:
+        """Number of requests per count of provider counts."""
+        out: dict[int, int] = {}
+        for n in self.calls(policy):
+            out[n] = out.get(n, 0) + 1
+        return dict(sorted(out.items()))
 
     @property
     def within_fraction(self) -> float:
@@ -160,6 +192,27 @@ class Summary:
     @property
     def same_final(self) -> int:
         return sum(c.skip_final == c.every_final for c in self.cases)
+
+    @property
+    def first_differs(self) -> int:
+        """Cases whose first count is not the count of the history as given (the module's
+        full view differs from it: synthesized answers, dropped orphan results)."""
+        return sum(c.first_count != c.history_count for c in self.cases)
+
+
+def budget_for(effective: int) -> int:
+    """The smallest budget ``B`` whose policy budget ``B - reserve`` is ``effective``.
+
+    The reserve mirrors the module's ``notice_reserve``: the configured 800 tokens, at most
+    a quarter of the budget. (The policy budget each negotiation reports is checked
+    against ``effective``.)
+    """
+    if effective >= 3 * NOTICE_RESERVE:
+        return effective + NOTICE_RESERVE
+    budget = effective + effective // 3
+    while budget - min(NOTICE_RESERVE, budget // 4) < effective:
+        budget += 1
+    return budget
 
 
 async def _negotiate(
@@ -191,20 +244,24 @@ async def _negotiate(
     return result, manager
 
 
-async def run_case(index: int, provider: BpeProvider) -> Case:
-    rng = random.Random(f"negotiation/{index}")
-    mix = histories.MIXES[index % len(histories.MIXES)]
-    seed = 1_000 + (index // len(histories.MIXES)) % SEEDS
-    n = rng.randint(MIN_MESSAGES, MAX_MESSAGES)
-    messages = histories.window(n, seed, mix, rng, span=120)
-    first = provider.count(messages)
-    budget = NOTICE_RESERVE + int(first / rng.uniform(*BUDGET_DIVISOR))
-    limit = 4 * max(budget, first)
+async def negotiate_case(
+    index: int,
+    source: str,
+    messages: list[dict[str, Any]],
+    provider: BpeProvider,
+    rng: random.Random,
+) -> Case:
+    """Both policies on ``messages`` with a budget drawn from ``rng`` (module docstring)."""
+    history = provider.count(messages)
+    effective = int(history / rng.uniform(*BUDGET_DIVISOR))
+    budget = budget_for(effective)
+    limit = 4 * max(budget, history)
     skip, skip_manager = await _negotiate(messages, provider, budget, limit, every=False)
     every, every_manager = await _negotiate(messages, provider, budget, limit, every=True)
+    assert skip["measured_before"] == every["measured_before"]
+    assert skip["policy_budget"] == effective, (source, skip["policy_budget"], effective)
     for result in (skip, every):
-        assert result["measured_before"] == first, (result["measured_before"], first)
-        assert result["outcome"] != "not_needed", result["outcome"]
+        assert result["outcome"] != "not_needed", (source, result["outcome"])
 
     def level(manager: SimpleContextManager) -> int:
         stats = manager.last_compaction_stats
@@ -212,10 +269,11 @@ async def run_case(index: int, provider: BpeProvider) -> Case:
 
     return Case(
         index=index,
-        mix=mix.name,
-        messages=n,
+        source=source,
+        messages=len(messages),
         budget=budget,
-        first_count=first,
+        history_count=history,
+        first_count=skip["measured_before"],
         skip_calls=skip["count_calls"],
         every_calls=every["count_calls"],
         skip_final=skip["measured_after"],
@@ -227,13 +285,59 @@ async def run_case(index: int, provider: BpeProvider) -> Case:
     )
 
 
+async def run_case(index: int, provider: BpeProvider) -> Case:
+    """Generated case ``index``: a window of a deterministic session."""
+    rng = random.Random(f"negotiation/{index}")
+    mix = histories.MIXES[index % len(histories.MIXES)]
+    seed = 1_000 + (index // len(histories.MIXES)) % SEEDS
+    n = rng.randint(MIN_MESSAGES, MAX_MESSAGES)
+    messages = histories.window(n, seed, mix, rng, span=120)
+    case = await negotiate_case(index, mix.name, messages, provider, rng)
+    # a generated history has nothing the module would add or drop
+    assert case.first_count == case.history_count, (case.first_count, case.history_count)
+    return case
+
+
 def run(cases: int = CASES) -> Summary:
+    """The generated cases."""
     provider = BpeProvider()
 
     async def main() -> list[Case]:
         return [await run_case(i, provider) for i in range(cases)]
 
-    return Summary(asyncio.run(main()))
+    with tallied_warnings() as tally:
+        done = asyncio.run(main())
+    return Summary("generated", done, list(tally.tally.values()))
 
 
-__all__ = ["BpeProvider", "Case", "Summary", "run", "run_case"]
+def run_real(conversations: Sequence[real.Conversation], budgets: int = REAL_BUDGETS) -> Summary:
+    """Every conversation, ``budgets`` times (budgets drawn per conversation and draw)."""
+    provider = BpeProvider()
+
+    async def main() -> list[Case]:
+        out: list[Case] = []
+        for conversation in conversations:
+            for draw in range(budgets):
+                rng = random.Random(f"negotiation/real/{conversation.name}/{draw}")
+                out.append(
+                    await negotiate_case(
+                        len(out), conversation.name, conversation.messages, provider, rng
+                    )
+                )
+        return out
+
+    with tallied_warnings() as tally:
+        done = asyncio.run(main())
+    return Summary("real", done, list(tally.tally.values()))
+
+
+__all__ = [
+    "BpeProvider",
+    "Case",
+    "Summary",
+    "budget_for",
+    "negotiate_case",
+    "run",
+    "run_case",
+    "run_real",
+]

@@ -11,9 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from amplifier_module_context_simple.cli import main, parse_assignment
+from amplifier_module_context_simple.context.estimate import estimate_message, estimate_text
+from amplifier_module_context_simple.context.manager import SimpleContextManager
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "examples" / "sample-transcript.jsonl"
@@ -246,3 +249,62 @@ def test_unreadable_or_empty_transcript_exits_1(
 )
 def test_set_values_are_json_when_possible(text: str, expected: tuple[str, Any]) -> None:
     assert parse_assignment(text) == expected
+
+
+def big_output_session(fmt: str, output: str) -> list[dict[str, Any]]:
+    """A prompt, one tool call whose result is ``output``, and the answer (OpenAI tool
+    message or Anthropic tool_use / tool_result blocks)."""
+    prompt = {"role": "user", "content": "dump the log"}
+    answer = {"role": "assistant", "content": "The log is long; here is the gist."}
+    if fmt == "openai":
+        call = {"id": "call_1", "type": "function", "function": {"name": "cat", "arguments": "{}"}}
+        return [
+            prompt,
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": output},
+            answer,
+        ]
+    return [
+        prompt,
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "cat", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": output}],
+        },
+        answer,
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_history_tokens_are_counted_as_admitted_after_the_ingress_cap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    line = "2025-01-01T00:00:00Z worker-7 INFO processed batch 0042 in 17 ms, 3 retries\n"
+    output = (line * (2**20 // len(line) + 1))[: 2**20]  # 1 MiB of log lines
+    session = big_output_session(fmt, output)
+    path = write_jsonl(tmp_path / "big.jsonl", [json.dumps(m) for m in session])
+    report, err = run_json(capsys, str(path))
+    (run,) = report["runs"]
+    last = run["requests"][-1]
+    assert last["history_messages"] == len(session)
+
+    async def held() -> int:  # what the module holds after admission
+        manager = SimpleContextManager()
+        for message in session:
+            await manager.add_message(message)
+        return sum(estimate_message(m) for m in await manager.get_messages())
+
+    assert last["history_tokens"] == anyio.run(held)
+    # about 128 KiB worth of the output, not 1 MiB worth
+    cap = 131072
+    raw = estimate_text(output)
+    capped = estimate_text(output[:cap])
+    assert raw > 7 * capped
+    assert 0.95 * capped <= last["history_tokens"] <= capped + 200
+    # what a request without compaction shows
+    assert run["totals"]["compaction_boundaries"] == 0
+    assert last["view_tokens"] == last["history_tokens"]
+    assert "Traceback" not in err
