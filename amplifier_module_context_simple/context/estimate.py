@@ -481,11 +481,14 @@ def _json(value: Any) -> str:
 
 
 class _Collector:
-    __slots__ = ("fixed", "texts")
+    __slots__ = ("fixed", "listed_calls", "texts")
 
-    def __init__(self) -> None:
+    def __init__(self, listed_calls: frozenset[str] = frozenset()) -> None:
         self.texts: list[str] = []
         self.fixed = MESSAGE_OVERHEAD_TOKENS
+        # Amplifier stores a call twice, as a ``tool_call`` block and in ``tool_calls``;
+        # a provider is sent it once.
+        self.listed_calls = listed_calls
 
     def value(self, value: Any) -> None:
         """Any value as text: strings as they are, everything else as JSON."""
@@ -521,12 +524,18 @@ class _Collector:
             self.value(block["thinking"])
         elif kind in _IMAGE_TYPES:
             self.fixed += estimate_image(block)
-        elif kind == "tool_use":
+        elif kind == "tool_use" or (
+            kind == "tool_call" and block.get("id") not in self.listed_calls
+        ):
             self.fixed += TOOL_CALL_OVERHEAD_TOKENS
             self.value(block.get("name"))
-            self.value(block.get("input"))
+            arguments = block.get("input")
+            self.value(block.get("arguments") if arguments is None else arguments)
+        elif kind == "tool_call":
+            pass  # listed in ``tool_calls`` too: counted there
         elif kind == "tool_result":
-            self.content(block.get("content"), depth + 1)
+            inner = block.get("content")
+            self.content(block.get("output") if inner is None else inner, depth + 1)
         else:
             self.value(dict(block))
 
@@ -560,7 +569,13 @@ def provider_texts(message: Mapping[str, Any]) -> tuple[list[str], int]:
 
     May raise on pathological input; ``estimate_message`` never does.
     """
-    collector = _Collector()
+    calls = message.get("tool_calls")
+    listed = frozenset(
+        call_id
+        for call in (calls if isinstance(calls, list) else ())
+        if isinstance(call, Mapping) and isinstance(call_id := call.get("id"), str)
+    )
+    collector = _Collector(listed)
     collector.content(message.get("content"), 0)
     collector.tool_calls(message.get("tool_calls"))
     return collector.texts, collector.fixed

@@ -366,3 +366,30 @@ def test_deep_and_circular_content_does_not_raise() -> None:
         tokens = estimate_message({"role": "user", "content": content})
         assert isinstance(tokens, int) and tokens >= 0
     assert math.isfinite(estimate_message({"role": "user", "content": float("nan")}))
+
+
+def test_a_call_stored_both_as_block_and_in_tool_calls_counts_once() -> None:
+    """Amplifier stores a call as a ``tool_call`` block and in ``tool_calls``; a provider is
+    sent it once, so the estimate equals that of the message without the block."""
+    call = {"id": "c1", "tool": "read_file", "arguments": {"path": "src/app.py", "limit": 400}}
+    block = {"type": "tool_call", "id": "c1", "name": "read_file", "input": call["arguments"]}
+    text = {"type": "text", "text": "Reading the file now."}
+    both = {"role": "assistant", "content": [text, block], "tool_calls": [call]}
+    listed = {"role": "assistant", "content": [text], "tool_calls": [call]}
+    assert estimate_message(both) == estimate_message(listed)
+    alone = {"role": "assistant", "content": [text, block]}
+    assert estimate_message(alone) == estimate_message(listed)
+
+
+def test_a_result_block_with_output_counts_its_output() -> None:
+    """amplifier-core's ``tool_result`` block carries its text in ``output``."""
+    output = "line of build output\n" * 200
+    with_output = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_call_id": "c1", "output": output}],
+    }
+    with_content = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "c1", "content": output}],
+    }
+    assert estimate_message(with_output) == estimate_message(with_content)
