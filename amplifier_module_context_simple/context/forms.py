@@ -1,9 +1,34 @@
 """The reduced forms a view may show instead of a message: truncated and stubbed.
 
-Both only ever shrink a message: a transformation whose estimate is not strictly smaller
-than the original's is not made (the function returns None), so it is neither applied
-nor counted. Reduced forms carry ``metadata["compaction"]`` saying what was done, so a
-reader (and a test) can trace every reduced message back to its admitted original.
+Both only ever shrink a message: a transformation whose estimate (``estimate_message``) is
+not strictly smaller than the original's is not made (the function returns None), so it
+is neither applied nor counted. Reduced forms carry ``metadata["compaction"]`` saying what
+was done, so a reader (and a test) can trace every reduced message back to its admitted
+original. The input message is never mutated; unchanged blocks are the same objects.
+
+``truncated_form`` reduces every carrier of tool results alike:
+
+- a message with string content (a ``role: tool`` result) keeps its first
+  ``truncate_chars`` characters after a lead-in naming the original size and how to get
+  the rest;
+- a ``role: tool`` message whose content is a list of blocks, and each ``tool_result``
+  block (dict, or object with ``model_copy``) of a result carrier, whose ``content`` is a
+  string (clipped as above) or a list of blocks. A block list is reduced to a valid block
+  list: the text of its direct text blocks (``text``/``input_text``/``output_text``) is
+  kept up to ``truncate_chars`` characters in total (earlier text first, later text
+  dropped, empty text blocks dropped), the lead-in appears once per result (merged into
+  the first text block when the list starts with text, else a text block of its own),
+  and every other block (image, document, audio, nested, unknown) becomes a short text
+  placeholder naming its type. Block ids, ``is_error`` and every other key of a
+  ``tool_result`` block are kept; other blocks of a carrier (a human's text) are kept.
+
+``truncated_form(..., protected=True)`` is the form of last resort for protected results
+(the newest ones) when nothing else makes a request fit: its lead-in says the output was
+shortened to fit the model's input limit and carries the retrieval guidance, and its note
+has ``"protected": True``.
+
+``stubbed_form`` replaces a user message with string content by a short preview; a
+message whose content is a list (so every ``tool_result`` carrier) is never stubbed.
 """
 
 from __future__ import annotations
@@ -11,11 +36,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .classify import block_field
+from .classify import block_field, block_type
 from .estimate import estimate_message
+from .ingress import RETRIEVAL_GUIDANCE, rebuildable, with_field
 
 STUB_MIN_CHARS: Final = 80
 STUB_PREVIEW_CHARS: Final = 50
+_TEXT_TYPES: Final = frozenset({"text", "input_text", "output_text"})
+_MAX_LABEL_CHARS: Final = 40
 
 
 def _mark(message: Mapping[str, Any], content: object, note: dict[str, Any]) -> dict[str, Any]:
@@ -25,53 +53,136 @@ def _mark(message: Mapping[str, Any], content: object, note: dict[str, Any]) -> 
     return {**message, "content": content, "metadata": metadata}
 
 
-def _clip_text(text: str, keep: int, original_tokens: int) -> str:
+def _lead_in(keep: int, original_tokens: int, protected: bool) -> str:
+    if protected:
+        return (
+            f"[tool output shortened from ~{original_tokens:,} tokens to its first {keep:,} "
+            f"characters to fit the model's input limit; to get the rest, {RETRIEVAL_GUIDANCE}]"
+        )
     return (
         f"[tool output truncated from ~{original_tokens:,} tokens to its first {keep:,} "
-        f"characters; run the tool again with narrower parameters if you need the rest] "
-        f"{text[:keep]}…"
+        f"characters; run the tool again with narrower parameters if you need the rest]"
     )
 
 
+def _clip_text(text: str, keep: int, original_tokens: int, protected: bool = False) -> str:
+    return f"{_lead_in(keep, original_tokens, protected)} {text[:keep]}…"
+
+
+def _text_of(block: object) -> str | None:
+    """The text of a direct text block that can be rebuilt, else None."""
+    text = block_field(block, "text")
+    if block_type(block) in _TEXT_TYPES and isinstance(text, str) and rebuildable(block):
+        return text
+    return None
+
+
+def _placeholder(block: object, protected: bool) -> dict[str, str]:
+    kind = block_type(block)
+    if not kind or len(kind) > _MAX_LABEL_CHARS or not kind.isprintable():
+        kind = "content block"
+    if protected:
+        return {"type": "text", "text": f"[{kind} omitted to fit the model's input limit]"}
+    return {"type": "text", "text": f"[{kind} omitted from this earlier tool result]"}
+
+
+def _reduce_blocks(
+    blocks: list[Any], keep_chars: int, tokens: int, protected: bool
+) -> list[Any] | None:
+    """One result's block list reduced (see the module docstring), or None if unchanged."""
+    texts = [_text_of(block) for block in blocks]
+    total = sum(len(text) for text in texts if text is not None)
+    if total <= keep_chars and None not in texts:
+        return None
+    remaining = keep_chars
+    reduced: list[Any] = []
+    starts_with_text = False
+    for block, text in zip(blocks, texts, strict=True):
+        if text is None:
+            reduced.append(_placeholder(block, protected))
+            continue
+        piece = text[:remaining]
+        remaining -= len(piece)
+        if not piece:
+            continue  # text past the limit (and empty text) is dropped
+        if not reduced:
+            starts_with_text = True
+        if len(piece) < len(text):
+            piece += "…"
+        reduced.append(block if piece == text else with_field(block, "text", piece))
+    lead = _lead_in(min(total, keep_chars), tokens, protected)
+    if starts_with_text:
+        first = reduced[0]
+        reduced[0] = with_field(first, "text", f"{lead} {block_field(first, 'text')}")
+    else:
+        reduced.insert(0, {"type": "text", "text": lead})
+    return reduced
+
+
+def _reduce_result(
+    content: object, keep_chars: int, tokens: int, protected: bool
+) -> str | list[Any] | None:
+    """One result's content (a string or a block list) reduced, or None if unchanged."""
+    if isinstance(content, str):
+        if len(content) <= keep_chars:
+            return None
+        return _clip_text(content, keep_chars, tokens, protected)
+    if isinstance(content, list):
+        return _reduce_blocks(content, keep_chars, tokens, protected)
+    return None
+
+
+def _reduce_carrier(
+    blocks: list[Any], keep_chars: int, tokens: int, protected: bool
+) -> list[Any] | None:
+    """Each ``tool_result`` block of a carrier reduced; None if none changed."""
+    changed = False
+    reduced: list[Any] = []
+    for block in blocks:
+        inner = None
+        if block_type(block) == "tool_result" and rebuildable(block):
+            inner = _reduce_result(block_field(block, "content"), keep_chars, tokens, protected)
+        if inner is None:
+            reduced.append(block)
+        else:
+            reduced.append(with_field(block, "content", inner))
+            changed = True
+    return reduced if changed else None
+
+
 def truncated_form(
-    message: Mapping[str, Any], tokens: int, truncate_chars: int
+    message: Mapping[str, Any], tokens: int, truncate_chars: int, *, protected: bool = False
 ) -> tuple[dict[str, Any], int] | None:
     """A tool result cut to its first ``truncate_chars`` characters, or None if no smaller.
 
-    Handles ``tool`` messages with string content and result carriers whose
-    ``tool_result`` blocks hold string content (Anthropic style).
+    ``tokens`` is the message's estimate; the returned pair is the reduced message and
+    its estimate, strictly smaller. Handles every carrier (module docstring): ``tool``
+    messages with string or block-list content, and ``tool_result`` blocks with string or
+    block-list content. With ``protected`` the lead-in says the output was shortened to
+    fit the model's input limit and how to re-fetch it, and the note is marked protected.
     """
     content = message.get("content")
-    note = {"form": "truncated", "original_tokens": tokens}
-    if isinstance(content, str):
-        if len(content) <= truncate_chars:
-            return None
-        candidate = _mark(message, _clip_text(content, truncate_chars, tokens), note)
-    elif isinstance(content, list):
-        changed = False
-        blocks: list[Any] = []
-        for block in content:
-            inner = block_field(block, "content") if isinstance(block, Mapping) else None
-            if (
-                block_field(block, "type") == "tool_result"
-                and isinstance(inner, str)
-                and len(inner) > truncate_chars
-            ):
-                blocks.append({**block, "content": _clip_text(inner, truncate_chars, tokens)})
-                changed = True
-            else:
-                blocks.append(block)
-        if not changed:
-            return None
-        candidate = _mark(message, blocks, note)
+    note: dict[str, Any] = {"form": "truncated", "original_tokens": tokens}
+    if protected:
+        note["protected"] = True
+    reduced: str | list[Any] | None
+    if isinstance(content, list) and message.get("role") != "tool":
+        reduced = _reduce_carrier(content, truncate_chars, tokens, protected)
     else:
+        reduced = _reduce_result(content, truncate_chars, tokens, protected)
+    if reduced is None:
         return None
+    candidate = _mark(message, reduced, note)
     new_tokens = estimate_message(candidate)
     return (candidate, new_tokens) if new_tokens < tokens else None
 
 
 def stubbed_form(message: Mapping[str, Any], tokens: int) -> tuple[dict[str, Any], int] | None:
-    """A user message replaced by a short preview, or None if that would not shrink it."""
+    """A user message replaced by a short preview, or None if that would not shrink it.
+
+    Only string content is stubbed: a message with block content (a ``tool_result``
+    carrier in particular) has no stubbed form.
+    """
     content = message.get("content")
     if not isinstance(content, str) or len(content) <= STUB_MIN_CHARS:
         return None

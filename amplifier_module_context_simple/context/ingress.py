@@ -1,12 +1,33 @@
 """The tool-result ingress cap: oversized tool text is clipped before admission.
 
-Only ``role == "tool"`` messages are considered. String content, and direct text blocks of
-list content (dicts ``{"type": "text", "text": str}`` or amplifier-core ``TextBlock``
-objects), count toward the cap; image, audio, unknown and nested blocks are never read or
-sliced. Bytes are UTF-8 with lone surrogates counted as replaced (one byte each), so an
-ill-formed string under the cap is kept byte for byte, while a clipped prefix is always
-valid UTF-8. An oversized result keeps a prefix and exactly one marker that carries the
-original byte count and the retrieval guidance; the original text is kept nowhere.
+Every carrier of tool results is capped, each result on its own:
+
+- a ``role == "tool"`` message (OpenAI, or Amplifier's stored form with ``name``): its
+  string content, or the direct text blocks of its list content;
+- each ``tool_result`` block of any other non-assistant message (Anthropic style, usually
+  ``role == "user"``): its string ``content``, or the direct text blocks of its list
+  ``content``. Other blocks of the message (a human's text next to the results) are not
+  tool output and are never capped.
+
+A direct text block is a dict ``{"type": "text", "text": str}`` or an object with that
+shape and ``model_copy`` (amplifier-core ``TextBlock``); a ``tool_result`` block may be a
+dict or such an object. Image, audio, document, unknown and nested blocks are never read
+or sliced (they stay the same objects). Bytes are UTF-8 with lone surrogates counted as
+replaced (one byte each), so an ill-formed string under the cap is kept byte for byte,
+while a clipped prefix is always valid UTF-8.
+
+A result whose text exceeds ``max_bytes`` keeps a prefix and exactly one marker (``marker``:
+the original byte count and the retrieval guidance), all within ``max_bytes``; text blocks
+after the one that carries the marker are dropped. The same output gets the same stored
+text and the same byte figures in all four shapes (``tool`` string, ``tool`` text blocks,
+``tool_result`` string, ``tool_result`` text blocks). The original text is kept nowhere.
+
+One ``IngressClip`` (one ``context:tool_result_ingress_truncated`` event) is reported per
+clipped *message*, numbers and identities only, never content. For a message with several
+clipped ``tool_result`` blocks its byte figures are sums over the clipped results and its
+``tool_call_id`` is the first clipped result's id. ``content_kind`` is ``"string"`` or
+``"text_blocks"`` for a ``tool`` message and ``"tool_result_blocks"`` for ``tool_result``
+carriers.
 """
 
 from __future__ import annotations
@@ -15,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .classify import block_field
+from .classify import block_field, block_id
 from .config import INGRESS_MARKER_TEMPLATE
 
 RETRIEVAL_GUIDANCE: Final = (
@@ -27,7 +48,7 @@ INGRESS_EVENT: Final = "context:tool_result_ingress_truncated"
 
 @dataclass(frozen=True, slots=True)
 class IngressClip:
-    """The numbers reported for one clipped tool result (never its content)."""
+    """The numbers reported for one clipped message (never its content)."""
 
     tool_name: object
     tool_call_id: object
@@ -45,6 +66,15 @@ class IngressClip:
             "max_tool_result_bytes": self.max_tool_result_bytes,
             "content_kind": self.content_kind,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class _Capped:
+    """One clipped result: its new content and its text bytes before and after."""
+
+    content: str | list[Any]
+    original: int
+    stored: int
 
 
 def utf8_size(text: str) -> int:
@@ -65,48 +95,107 @@ def marker(original_bytes: int) -> str:
     return INGRESS_MARKER_TEMPLATE.format(original=original_bytes)
 
 
-def _is_text_block(block: object) -> bool:
-    if block_field(block, "type") != "text" or not isinstance(block_field(block, "text"), str):
-        return False
+def rebuildable(block: object) -> bool:
+    """Whether a changed copy of ``block`` can be made (a mapping, or has ``model_copy``)."""
     return isinstance(block, Mapping) or callable(getattr(block, "model_copy", None))
 
 
-def _with_text(block: object, text: str) -> object:
+def with_field(block: object, key: str, value: object) -> object:
+    """A copy of a ``rebuildable`` block with ``key`` set to ``value`` (input unchanged)."""
     if isinstance(block, Mapping):
-        return {**block, "text": text}
-    return block.model_copy(update={"text": text})  # type: ignore[attr-defined]
+        return {**block, key: value}
+    return block.model_copy(update={key: value})  # type: ignore[attr-defined]
+
+
+def _is_text_block(block: object) -> bool:
+    if block_field(block, "type") != "text" or not isinstance(block_field(block, "text"), str):
+        return False
+    return rebuildable(block)
 
 
 def cap_tool_result(
     message: Mapping[str, Any], max_bytes: int
 ) -> tuple[Mapping[str, Any], IngressClip | None]:
-    """Return ``message`` clipped to ``max_bytes`` of text, and what was clipped.
+    """Return ``message`` with each tool result clipped to ``max_bytes`` of text, and the clip.
 
-    The input is never mutated; an under-cap message is returned as the same object.
+    The input is never mutated; an under-cap message is returned as the same object, and
+    so is every block that is not clipped. See the module docstring for the contract.
     """
-    if message.get("role") != "tool":
-        return message, None
+    role = message.get("role")
     content = message.get("content")
-    if isinstance(content, str):
-        original = utf8_size(content)
-        if original <= max_bytes:
+    if role == "tool":
+        capped = _cap_content(content, max_bytes)
+        if capped is None:
             return message, None
-        tail = marker(original)
-        clipped = utf8_prefix(content, max_bytes - utf8_size(tail)) + tail
-        clip = _clip(message, original, utf8_size(clipped), max_bytes, "string")
-        return {**message, "content": clipped}, clip
-    if isinstance(content, list):
-        return _cap_blocks(message, content, max_bytes)
-    return message, None
+        clip = IngressClip(
+            tool_name=message.get("name"),
+            tool_call_id=message.get("tool_call_id"),
+            original_text_utf8_bytes=capped.original,
+            stored_text_utf8_bytes=capped.stored,
+            max_tool_result_bytes=max_bytes,
+            content_kind="string" if isinstance(content, str) else "text_blocks",
+        )
+        return {**message, "content": capped.content}, clip
+    if role == "assistant" or not isinstance(content, list):
+        return message, None
+    return _cap_result_blocks(message, content, max_bytes)
 
 
-def _cap_blocks(
+def _cap_result_blocks(
     message: Mapping[str, Any], blocks: list[Any], max_bytes: int
 ) -> tuple[Mapping[str, Any], IngressClip | None]:
+    """Cap each ``tool_result`` block of a carrier on its own; one clip for the message."""
+    kept: list[Any] = []
+    first: object = None
+    original = stored = 0
+    for block in blocks:
+        capped = None
+        if block_field(block, "type") == "tool_result" and rebuildable(block):
+            capped = _cap_content(block_field(block, "content"), max_bytes)
+        if capped is None:
+            kept.append(block)
+            continue
+        if first is None:
+            first = block
+        original += capped.original
+        stored += capped.stored
+        kept.append(with_field(block, "content", capped.content))
+    if first is None:
+        return message, None
+    clip = IngressClip(
+        tool_name=block_field(first, "name"),
+        tool_call_id=block_id(first, "tool_use_id", "tool_call_id"),
+        original_text_utf8_bytes=original,
+        stored_text_utf8_bytes=stored,
+        max_tool_result_bytes=max_bytes,
+        content_kind="tool_result_blocks",
+    )
+    return {**message, "content": kept}, clip
+
+
+def _cap_content(content: object, max_bytes: int) -> _Capped | None:
+    """One result's content capped (string or list of blocks), or None if within the cap."""
+    if isinstance(content, str):
+        return _cap_string(content, max_bytes)
+    if isinstance(content, list):
+        return _cap_blocks(content, max_bytes)
+    return None
+
+
+def _cap_string(content: str, max_bytes: int) -> _Capped | None:
+    original = utf8_size(content)
+    if original <= max_bytes:
+        return None
+    tail = marker(original)
+    clipped = utf8_prefix(content, max_bytes - utf8_size(tail)) + tail
+    return _Capped(clipped, original, utf8_size(clipped))
+
+
+def _cap_blocks(blocks: list[Any], max_bytes: int) -> _Capped | None:
     sizes = [utf8_size(block_field(b, "text")) if _is_text_block(b) else None for b in blocks]
     original = sum(s for s in sizes if s is not None)
     if original <= max_bytes:
-        return message, None
+        return None
     tail = marker(original)
     remaining = max_bytes - utf8_size(tail)
     kept: list[Any] = []
@@ -123,21 +212,7 @@ def _cap_blocks(
             stored += size
         else:
             text = utf8_prefix(block_field(block, "text"), remaining) + tail
-            kept.append(_with_text(block, text))
+            kept.append(with_field(block, "text", text))
             stored += utf8_size(text)
             clipped = True
-    clip = _clip(message, original, stored, max_bytes, "text_blocks")
-    return {**message, "content": kept}, clip
-
-
-def _clip(
-    message: Mapping[str, Any], original: int, stored: int, cap: int, kind: str
-) -> IngressClip:
-    return IngressClip(
-        tool_name=message.get("name"),
-        tool_call_id=message.get("tool_call_id"),
-        original_text_utf8_bytes=original,
-        stored_text_utf8_bytes=stored,
-        max_tool_result_bytes=cap,
-        content_kind=kind,
-    )
+    return _Capped(kept, original, stored)

@@ -1,4 +1,9 @@
-"""The tool-result ingress cap (CONTRACT 5, REFERENCE 9 and tests 18-30)."""
+"""The tool-result ingress cap (CONTRACT 5, REFERENCE 9 and tests 18-30).
+
+Every carrier of tool results is capped alike: ``role: tool`` messages (string content or
+direct text blocks) and the ``tool_result`` blocks of Anthropic-style user messages (string
+content or a list of blocks whose direct text blocks count).
+"""
 
 from __future__ import annotations
 
@@ -171,7 +176,7 @@ async def test_surrogate_counts_one_byte_at_the_boundary() -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("role", ["user", "assistant", "system"])
 async def test_non_tool_roles_are_never_capped(role: str) -> None:
-    """Only ``role: tool`` is capped; other roles over the cap are stored unchanged."""
+    """String content of other roles is not tool output; over the cap it is unchanged."""
     content = "u" * (CAP + 1)
     stored, hooks = await admit({"role": role, "content": content})
     assert stored["content"] == content
@@ -504,3 +509,343 @@ def test_cap_property_blocks(texts: list[str], cap: int) -> None:
     assert content[-1] is image
     assert clip is not None
     assert clip.content_kind == "text_blocks"
+
+
+# -- every carrier: Anthropic tool_result blocks ------------------------------------------------
+
+MIB = 1024 * 1024
+CALL_ID = "toolu_1"
+
+
+def mib_text() -> str:
+    """Exactly 1 MiB of UTF-8 with multi-byte characters all through it."""
+    line = "row 中文 🙂 é output line with some ascii padding\n"
+    text = line * (MIB // utf8(line))
+    text += "z" * (MIB - utf8(text))
+    assert utf8(text) == MIB
+    return text
+
+
+MIB_TEXT = mib_text()
+
+
+def expected_clip(text: str, cap: int) -> str:
+    """The stored text every shape must get: a UTF-8-safe prefix and the one marker."""
+    tail = marker(utf8(text))
+    return text.encode("utf-8")[: cap - utf8(tail)].decode("utf-8", errors="ignore") + tail
+
+
+def result_shape(shape: str, text: str) -> dict[str, Any]:
+    """A tool result of ``text`` in one of the four carrier shapes."""
+    if shape == "openai-tool-string":
+        return {"role": "tool", "tool_call_id": CALL_ID, "content": text}
+    if shape == "amplifier-tool-string":
+        return {"role": "tool", "tool_call_id": CALL_ID, "name": "read", "content": text}
+    inner: Any = text if shape == "anthropic-result-string" else [{"type": "text", "text": text}]
+    return {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": CALL_ID, "content": inner}],
+    }
+
+
+def call_shape(shape: str) -> dict[str, Any]:
+    """The assistant call the result of ``shape`` answers."""
+    if shape == "openai-tool-string":
+        call = {"id": CALL_ID, "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+    if shape == "amplifier-tool-string":
+        call = {"id": CALL_ID, "tool": "read", "arguments": {}}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+    block = {"type": "tool_use", "id": CALL_ID, "name": "read", "input": {}}
+    return {"role": "assistant", "content": [block]}
+
+
+def result_text(message: Any) -> str:
+    """The text of the (single) tool result a message carries."""
+    if message["role"] == "tool":
+        return text_of(message["content"])
+    (block,) = message["content"]
+    assert block["type"] == "tool_result" and block["tool_use_id"] == CALL_ID
+    return text_of(block["content"])
+
+
+SHAPES = [
+    "openai-tool-string",
+    "amplifier-tool-string",
+    "anthropic-result-string",
+    "anthropic-result-blocks",
+]
+SHAPE_KIND = {
+    "openai-tool-string": ("string", None),
+    "amplifier-tool-string": ("string", "read"),
+    "anthropic-result-string": ("tool_result_blocks", None),
+    "anthropic-result-blocks": ("tool_result_blocks", None),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("shape", SHAPES)
+async def test_one_mib_result_is_admitted_identically_in_every_shape(shape: str) -> None:
+    """A 1 MiB output admitted through ``add_message`` is stored as the same prefix plus one
+    marker in all four shapes, with one event carrying the same byte figures."""
+    hooks = RecordingHooks()
+    cm = SimpleContextManager(hooks=hooks)
+    await cm.add_message({"role": "user", "content": "read the log"})
+    await cm.add_message(call_shape(shape))
+    await cm.add_message(result_shape(shape, MIB_TEXT))
+    stored = (await cm.get_messages())[-1]
+    expected = expected_clip(MIB_TEXT, CAP)
+    kind, name = SHAPE_KIND[shape]
+    assert (result_text(stored), hooks.named(EVENT)) == (
+        expected,
+        [
+            {
+                "tool_name": name,
+                "tool_call_id": CALL_ID,
+                "original_text_utf8_bytes": MIB,
+                "stored_text_utf8_bytes": utf8(expected),
+                "max_tool_result_bytes": CAP,
+                "content_kind": kind,
+            }
+        ],
+    )
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_cap_tool_result_clips_every_shape_identically(shape: str) -> None:
+    """``cap_tool_result`` gives every shape the same stored text and byte figures."""
+    message = result_shape(shape, MIB_TEXT)
+    result, clip = cap_tool_result(message, CAP)
+    expected = expected_clip(MIB_TEXT, CAP)
+    assert clip is not None
+    assert (result_text(result), clip.payload()) == (
+        expected,
+        {
+            "tool_name": SHAPE_KIND[shape][1],
+            "tool_call_id": CALL_ID,
+            "original_text_utf8_bytes": MIB,
+            "stored_text_utf8_bytes": utf8(expected),
+            "max_tool_result_bytes": CAP,
+            "content_kind": SHAPE_KIND[shape][0],
+        },
+    )
+
+
+@pytest.mark.anyio
+async def test_two_clipped_results_in_one_user_message_emit_one_summed_event() -> None:
+    """Two oversized tool_result blocks of one user message: one event whose byte figures
+    are the sums and whose id is the first clipped result's; each keeps its own marker."""
+    hooks = RecordingHooks()
+    cm = SimpleContextManager(hooks=hooks, max_tool_result_bytes=1000)
+    small = {"type": "tool_result", "tool_use_id": "toolu_a", "content": "fine"}
+    big_string = {"type": "tool_result", "tool_use_id": "toolu_b", "content": "s" * 5000}
+    big_blocks = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_c",
+        "is_error": True,
+        "content": [{"type": "text", "text": "中" * 2000}],
+    }
+    await cm.add_message({"role": "user", "content": [small, big_string, big_blocks]})
+    (stored,) = await cm.get_messages()
+    clipped_b = expected_clip("s" * 5000, 1000)
+    clipped_c = expected_clip("中" * 2000, 1000)
+    assert (stored["content"], hooks.named(EVENT)) == (
+        [
+            small,
+            {**big_string, "content": clipped_b},
+            {**big_blocks, "content": [{"type": "text", "text": clipped_c}]},
+        ],
+        [
+            {
+                "tool_name": None,
+                "tool_call_id": "toolu_b",
+                "original_text_utf8_bytes": 5000 + 6000,
+                "stored_text_utf8_bytes": utf8(clipped_b) + utf8(clipped_c),
+                "max_tool_result_bytes": 1000,
+                "content_kind": "tool_result_blocks",
+            }
+        ],
+    )
+
+
+@asyncio_only
+@pytest.mark.anyio
+async def test_tool_result_blocks_event_via_real_hooks() -> None:
+    """Through the real hook registry a clipped user carrier reports one numbers-only event."""
+    coordinator, context, recorder = await mounted({"max_tool_result_bytes": 1000}, EVENT)
+    secret = "SECRET-CONTENT-"
+    blocks = [
+        {"type": "tool_result", "tool_use_id": "toolu_x", "content": secret + "x" * 3000},
+        {"type": "tool_result", "tool_use_id": "toolu_y", "content": [TextBlock(text="y" * 2000)]},
+    ]
+    await context.add_message({"role": "user", "content": blocks})
+    (payload,) = recorder.named(EVENT)
+    assert {k: v for k, v in payload.items() if k not in KERNEL_FIELDS} == {
+        "tool_name": None,
+        "tool_call_id": "toolu_x",
+        "original_text_utf8_bytes": utf8(secret) + 3000 + 2000,
+        "stored_text_utf8_bytes": 2000,
+        "max_tool_result_bytes": 1000,
+        "content_kind": "tool_result_blocks",
+    }
+    assert secret not in repr(payload)
+    await coordinator.cleanup()
+
+
+def test_non_text_blocks_of_a_tool_result_are_untouched() -> None:
+    """Image, document, audio and nested blocks inside a clipped tool_result are the same
+    objects in the same places; only the text is clipped; the caller's message is intact."""
+    image = {"type": "image", "source": {"type": "base64", "data": "I" * (CAP * 2)}}
+    document = {"type": "document", "source": {"type": "text", "data": "D" * (CAP * 2)}}
+    audio = {"type": "audio", "data": "A" * (CAP * 2)}
+    nested = {"type": "tool_result", "content": [{"type": "text", "text": "n" * (CAP * 2)}]}
+    big = {"type": "text", "text": "t" * (CAP + 1)}
+    inner = [image, big, document, audio, nested]
+    message = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": CALL_ID, "content": inner}],
+    }
+    snapshot = copy.deepcopy(message)
+    result, _ = cap_tool_result(message, CAP)
+    content = result["content"][0]["content"]
+    assert (
+        [block is original for block, original in zip(content, inner, strict=True)],
+        text_of(content),
+        message,
+    ) == (
+        [True, False, True, True, True],
+        expected_clip(big["text"], CAP),
+        snapshot,
+    )
+
+
+@pytest.mark.parametrize(
+    "inner",
+    [
+        [{"type": "image", "source": {"type": "base64", "data": "I" * (CAP * 2)}}],
+        [{"type": "document", "source": {"data": "D" * (CAP * 2)}}],
+        [{"type": "tool_result", "content": "n" * (CAP * 2)}],
+        [{"type": "text", "text": 42}],
+        None,
+    ],
+    ids=["image-only", "document-only", "nested-only", "malformed-text", "none"],
+)
+def test_tool_result_without_direct_text_is_never_clipped(inner: Any) -> None:
+    """A tool_result with no direct text over the cap is returned as the same message."""
+    message = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": CALL_ID, "content": inner}],
+    }
+    result, clip = cap_tool_result(message, CAP)
+    assert (result is message, clip) == (True, None)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_under_cap_message_is_the_same_object(shape: str) -> None:
+    """A result of exactly the cap is returned as the very same message with no clip."""
+    message = result_shape(shape, "a" * (CAP - 5) + "é中")  # exactly CAP bytes
+    result, clip = cap_tool_result(message, CAP)
+    assert (result is message, clip) == (True, None)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "user", "content": [{"type": "text", "text": "h" * (CAP + 1)}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_result", "tool_use_id": CALL_ID, "content": "a" * MIB}],
+        },
+    ],
+    ids=["human-text-block", "assistant-tool-result"],
+)
+def test_only_tool_output_is_capped(message: dict[str, Any]) -> None:
+    """A human's text block and an assistant's (invalid) tool_result are not tool output."""
+    assert cap_tool_result(message, CAP)[0] is message
+
+
+def test_human_text_beside_a_clipped_result_is_kept() -> None:
+    """In a user message mixing a result and human text only the result is clipped."""
+    note = {"type": "text", "text": "h" * (CAP * 2)}
+    result = {"type": "tool_result", "tool_use_id": CALL_ID, "content": "r" * (CAP * 2)}
+    capped, clip = cap_tool_result({"role": "user", "content": [result, note]}, CAP)
+    assert clip is not None
+    assert (capped["content"][1] is note, capped["content"][0]["content"]) == (
+        True,
+        expected_clip("r" * (CAP * 2), CAP),
+    )
+
+
+SMALL_CAP = config_module.MIN_MAX_TOOL_RESULT_BYTES + 37
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shift", range(8))
+def test_multibyte_cut_at_every_offset_is_valid_utf8(shape: str, shift: int) -> None:
+    """Multi-byte text whose cut falls at every byte offset of its characters is clipped to
+    the longest valid UTF-8 prefix within the cap, with exactly one marker."""
+    text = "a" * shift + "中🙂é" * 200
+    result, _ = cap_tool_result(result_shape(shape, text), SMALL_CAP)
+    stored = result_text(result)
+    budget = SMALL_CAP - utf8(marker(utf8(text)))
+    prefix = stored[: -len(marker(utf8(text)))]
+    assert (
+        text.startswith(prefix),
+        budget - 4 < len(prefix.encode("utf-8")) <= budget,
+        stored.count(MARKER_PREFIX),
+        stored.endswith(marker(utf8(text))),
+    ) == (True, True, 1, True)
+
+
+def test_lone_surrogates_in_a_tool_result_become_valid_utf8() -> None:
+    """An oversized tool_result with lone surrogates counts them as replaced bytes and is
+    clipped to valid UTF-8 within the cap."""
+    text = "x\ud800" * (CAP // 2 + 5)
+    result, clip = cap_tool_result(result_shape("anthropic-result-blocks", text), CAP)
+    stored = result_text(result)
+    assert clip is not None
+    assert (len(stored.encode("utf-8")), clip.original_text_utf8_bytes) == (CAP, utf8(text))
+
+
+def test_lone_surrogate_under_cap_tool_result_is_kept() -> None:
+    """Under the cap an ill-formed tool_result string is kept: the same message."""
+    message = result_shape("anthropic-result-string", "a" * (CAP - 1) + "\udc80")
+    assert cap_tool_result(message, CAP)[0] is message
+
+
+def test_model_tool_result_block_is_clipped_with_model_copy() -> None:
+    """A pydantic tool_result block is rebuilt with ``model_copy``; the original is intact."""
+    from amplifier_core.message_models import ToolResultBlock
+
+    block = ToolResultBlock(
+        tool_call_id="toolu_p", output=None, content=[TextBlock(text="p" * (CAP + 1))]
+    )
+    result, clip = cap_tool_result({"role": "user", "content": [block]}, CAP)
+    (clipped,) = result["content"]
+    assert clip is not None
+    assert (
+        type(clipped),
+        text_of(clipped.content),
+        text_of(block.content),
+        clip.payload()["tool_call_id"],
+    ) == (ToolResultBlock, expected_clip("p" * (CAP + 1), CAP), "p" * (CAP + 1), "toolu_p")
+
+
+@pytest.mark.anyio
+async def test_set_messages_clips_tool_result_blocks_once() -> None:
+    """set_messages clips a user carrier with one event; re-setting emits nothing new."""
+    hooks = RecordingHooks()
+    cm = SimpleContextManager(hooks=hooks)
+    shape = "anthropic-result-blocks"
+    await cm.set_messages(
+        [
+            {"role": "user", "content": "go"},
+            call_shape(shape),
+            result_shape(shape, MIB_TEXT),
+        ]
+    )
+    await cm.set_messages(await cm.get_messages())
+    assert (
+        result_text((await cm.get_messages())[-1]),
+        [p["content_kind"] for p in hooks.named(EVENT)],
+    ) == (expected_clip(MIB_TEXT, CAP), ["tool_result_blocks"])
