@@ -499,6 +499,7 @@ _HIDDEN: Final = frozenset(
     }
 )
 _NOTICE_SOURCE: Final = "context-compaction"
+_TEXT_TYPES: Final = frozenset({"text", "input_text", "output_text"})
 
 
 class ViewInvariantError(AssertionError):
@@ -519,12 +520,15 @@ class ViewReport:
 
     systems: int
     mapping: tuple[int, ...]
-    """History index of every non-system, non-notice view message, in view order."""
+    """History index of every non-system, non-notice view message that is not a synthesized
+    result, in view order."""
     reduced: tuple[int, ...]
     """History indexes shown in a reduced (truncated/stubbed) form."""
     notice: bool
     pending: frozenset[str]
-    """Call ids shown without results because the history has none."""
+    """Call ids shown without results because the history has none yet (the pending tail)."""
+    synthesized: frozenset[str] = frozenset()
+    """Call ids the view answers with synthesized results."""
 
 
 def _get(obj: object, key: str) -> Any:
@@ -542,11 +546,16 @@ def _meta(message: Mapping[str, Any]) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _call_ids(message: Mapping[str, Any]) -> list[str]:
-    """Call ids an assistant message declares (all three formats), in order, unique."""
+def _call_formats(message: Mapping[str, Any]) -> dict[str, bool]:
+    """Call id -> whether it is an Anthropic ``tool_use`` block, in declaration order.
+
+    An assistant message declares calls in ``tool_calls`` (OpenAI and Amplifier) and in
+    ``tool_use``/``tool_call`` content blocks; an id stated twice is one call, in the form
+    met first (``tool_calls`` before the content).
+    """
     if message.get("role") != "assistant":
-        return []
-    ids: list[str] = []
+        return {}
+    formats: dict[str, bool] = {}
     calls = message.get("tool_calls")
     if isinstance(calls, list):
         for call in calls:
@@ -554,15 +563,19 @@ def _call_ids(message: Mapping[str, Any]) -> list[str]:
             if not _valid_id(value):
                 value = _get(call, "tool_call_id")
             if _valid_id(value):
-                ids.append(value)
+                formats.setdefault(value, False)
     content = message.get("content")
     if isinstance(content, list):
-        ids.extend(
-            _get(block, "id")
-            for block in content
-            if _get(block, "type") in ("tool_use", "tool_call") and _valid_id(_get(block, "id"))
-        )
-    return list(dict.fromkeys(ids))
+        for block in content:
+            kind = _get(block, "type")
+            if kind in ("tool_use", "tool_call") and _valid_id(_get(block, "id")):
+                formats.setdefault(_get(block, "id"), kind == "tool_use")
+    return formats
+
+
+def _call_ids(message: Mapping[str, Any]) -> list[str]:
+    """Call ids an assistant message declares (all three formats), in order, unique."""
+    return list(_call_formats(message))
 
 
 def _result_blocks(message: Mapping[str, Any]) -> list[object]:
@@ -588,8 +601,9 @@ def _result_ids(message: Mapping[str, Any]) -> list[str]:
     return [ref for ref in _result_refs(message) if isinstance(ref, str) and ref]
 
 
-def _only_results(message: Mapping[str, Any]) -> bool:
-    """A ``tool`` message, or a message whose content is nothing but tool results."""
+def _carries_only_results(message: Mapping[str, Any]) -> bool:
+    """A *pure* result carrier: a ``tool`` message, or non-empty block content that is
+    nothing but ``tool_result`` blocks (whatever their ids)."""
     if message.get("role") == "tool":
         return True
     content = message.get("content")
@@ -598,8 +612,12 @@ def _only_results(message: Mapping[str, Any]) -> bool:
         and isinstance(content, list)
         and bool(content)
         and len(_result_blocks(message)) == len(content)
-        and bool(_result_ids(message))
     )
+
+
+def _only_results(message: Mapping[str, Any]) -> bool:
+    """A pure result carrier that answers at least one id."""
+    return _carries_only_results(message) and bool(_result_ids(message))
 
 
 def _is_human(message: Mapping[str, Any]) -> bool:
@@ -660,6 +678,45 @@ def _text_hint(content: object) -> str:
     return ""
 
 
+def _kept_pieces(blocks: list[Any], keep: int) -> list[str]:
+    """The text each direct text block keeps when ``keep`` characters are kept in total,
+    earlier text first."""
+    pieces: list[str] = []
+    remaining = keep
+    for block in blocks:
+        text = _get(block, "text")
+        if _get(block, "type") in _TEXT_TYPES and isinstance(text, str):
+            piece = text[:remaining]
+            remaining -= len(piece)
+            pieces.append(piece)
+    return pieces
+
+
+def _reduced_content(before: object, after: object, keep: int | None) -> bool:
+    """``after`` is one tool result's content (a string or a block list) reduced.
+
+    A string keeps its first ``keep`` characters; a block list becomes a list of at most one
+    more block (a lead-in) in which every block is an original block or a text block, and
+    which keeps the first ``keep`` characters of the original's text (non-text blocks give
+    way to short text placeholders). ``keep`` None: the amount kept is not checked.
+    """
+    if isinstance(before, str):
+        return isinstance(after, str) and (keep is None or before[:keep] in after)
+    if not (isinstance(before, list) and isinstance(after, list)):
+        return False
+    if len(after) > len(before) + 1:
+        return False
+    texts: list[str] = []
+    for block in after:
+        text = _get(block, "text")
+        if _get(block, "type") in _TEXT_TYPES and isinstance(text, str):
+            texts.append(text)
+        elif not any(block == old for old in before):
+            return False
+    joined = "\n".join(texts)
+    return keep is None or all(piece in joined for piece in _kept_pieces(before, keep))
+
+
 def _is_reduced_form(
     shown: Mapping[str, Any], public: Mapping[str, Any], truncate_chars: int | None
 ) -> bool:
@@ -685,66 +742,297 @@ def _is_reduced_form(
         )
     if not _only_results(public):
         return False
-    if isinstance(before, str):
-        return isinstance(after, str) and (
-            truncate_chars is None or before[:truncate_chars] in after
-        )
-    if not (isinstance(before, list) and isinstance(after, list) and len(before) == len(after)):
+    protected = _get(note, "protected")
+    if protected not in (None, True):
+        return False
+    # the last-resort form of a protected result may keep less than ``truncate_chars``
+    keep = None if protected else truncate_chars
+    if public.get("role") == "tool" or not isinstance(before, list):
+        return _reduced_content(before, after, keep)
+    if not (isinstance(after, list) and len(before) == len(after)):
         return False
     for old, new in zip(before, after, strict=True):
         if old == new:
             continue
         if not (isinstance(old, Mapping) and isinstance(new, Mapping)):
             return False
+        if _get(old, "type") != "tool_result":
+            return False
         if {k: v for k, v in old.items() if k != "content"} != {
             k: v for k, v in new.items() if k != "content"
         }:
             return False
-        inner, clipped = old.get("content"), new.get("content")
-        if not (isinstance(inner, str) and isinstance(clipped, str)):
-            return False
-        if truncate_chars is not None and inner[:truncate_chars] not in clipped:
+        if not _reduced_content(old.get("content"), new.get("content"), keep):
             return False
     return True
+
+
+def _says_no_result(text: object) -> bool:
+    return isinstance(text, str) and "no result" in text.lower()
+
+
+def _is_synthesized(shown: Mapping[str, Any], ids: tuple[str, ...], anthropic: bool) -> bool:
+    """``shown`` is exactly the synthesized result the view owes for ``ids``."""
+    note = {"compaction": {"form": "synthesized", "tool_call_ids": list(ids)}}
+    if shown.get("metadata") != note:
+        return False
+    content = shown.get("content")
+    if not anthropic:
+        return (
+            set(shown) == {"role", "tool_call_id", "content", "metadata"}
+            and shown["role"] == "tool"
+            and shown["tool_call_id"] == ids[0]
+            and _says_no_result(content)
+        )
+    return (
+        set(shown) == {"role", "content", "metadata"}
+        and shown["role"] == "user"
+        and isinstance(content, list)
+        and len(content) == len(ids)
+        and all(
+            isinstance(block, Mapping)
+            and set(block) == {"type", "tool_use_id", "is_error", "content"}
+            and block["type"] == "tool_result"
+            and block["tool_use_id"] == call_id
+            and block["is_error"] is True
+            and _says_no_result(block["content"])
+            for block, call_id in zip(content, ids, strict=True)
+        )
+    )
 
 
 @dataclass
 class _Row:
     index: int
     public: dict[str, Any] | None
+    """What a view shows for the message (None: never shown)."""
     owners: dict[str, int]
     """Result id -> index of the history message whose call it answers."""
 
 
-def _rows(history: Sequence[object]) -> list[_Row]:
-    """Provider-facing forms of the history: hidden keys and orphan results dropped."""
+@dataclass(frozen=True)
+class _Slot:
+    """One place in the expected display order of the conversation."""
+
+    index: int
+    """The history index of the message (of the call message, for a synthesized result)."""
+    synthesized: tuple[str, ...] = ()
+    """For a synthesized result: the call ids it answers."""
+    anthropic: bool = False
+    """For a synthesized result: a user message of ``tool_result`` blocks."""
+
+
+_RENAMED: Final = "renamed_tool_call_ids"
+
+
+@dataclass
+class _Run:
+    """An assistant message with calls and what was admitted before the run closed."""
+
+    owner: int
+    pending: list[str]
+    """Its call ids (as stored) not answered yet, in call order."""
+    formats: dict[str, bool]
+    renames: dict[str, str]
+    """Stored id -> the fresh id views show for it (reused ids only)."""
+    pure: list[int] = field(default_factory=list)
+    mixed: list[int] = field(default_factory=list)
+    others: list[int] = field(default_factory=list)
+
+    def shown(self, call_id: str) -> str:
+        return self.renames.get(call_id, call_id)
+
+    def slots(self, closed: bool) -> list[_Slot]:
+        out = [_Slot(self.owner)]
+        if closed:
+            tool = [self.shown(c) for c in self.pending if not self.formats[c]]
+            blocks = tuple(self.shown(c) for c in self.pending if self.formats[c])
+            out += [_Slot(self.owner, (call_id,)) for call_id in tool]
+            if blocks:
+                out.append(_Slot(self.owner, blocks, anthropic=True))
+        out += [_Slot(index) for index in (*self.pure, *self.mixed, *self.others)]
+        return out
+
+
+@dataclass
+class _Layout:
+    """The history as views must show it (see ``check_view_invariants``)."""
+
+    rows: list[_Row]
+    slots: list[_Slot]
+    """The conversation (system messages aside) in display order."""
+    results_of: dict[tuple[int, str], list[int]]
+    """(call message index, call id as shown) -> indexes of the messages carrying its result."""
+    synthesized: dict[int, list[int]]
+    """Call message index -> positions in ``slots`` of its synthesized results."""
+    tail: int | None
+    """Index of the call message of a run still open at the end (the pending tail)."""
+    tail_pending: frozenset[str]
+    """Its call ids (as shown) without a result."""
+
+
+def _renamed(value: object, renames: Mapping[str, str]) -> object:
+    return renames[value] if isinstance(value, str) and value in renames else value
+
+
+def _with_renames(
+    message: dict[str, Any], renames: Mapping[str, str], id_keys: tuple[str, ...]
+) -> dict[str, Any]:
+    """``message`` showing ``renames`` (stored id -> shown id) wherever ``id_keys`` of its
+    calls (``tool_calls`` entries, ``tool_use``/``tool_call`` blocks) or results (the
+    message's ``tool_call_id``, ``tool_result`` blocks) hold a renamed id, with the
+    ``renamed_tool_call_ids`` note (shown id -> stored id) in its metadata."""
+    out = dict(message)
+    metadata = out.get("metadata")
+    note = {new: old for old, new in renames.items()}
+    out["metadata"] = {**(metadata if isinstance(metadata, Mapping) else {}), _RENAMED: note}
+
+    def block(value: object, kinds: tuple[str, ...] | None) -> object:
+        if not isinstance(value, Mapping) or (
+            kinds is not None and _get(value, "type") not in kinds
+        ):
+            return value
+        changed = {k: _renamed(value.get(k), renames) for k in id_keys if value.get(k) in renames}
+        return {**value, **changed} if changed else value
+
+    if message.get("role") == "assistant":
+        if isinstance(message.get("tool_calls"), list):
+            out["tool_calls"] = [block(call, None) for call in message["tool_calls"]]
+        kinds: tuple[str, ...] = ("tool_use", "tool_call")
+    else:
+        out["tool_call_id"] = _renamed(message.get("tool_call_id"), renames)
+        if "tool_call_id" not in message:
+            del out["tool_call_id"]
+        kinds = ("tool_result",)
+    if isinstance(message.get("content"), list):
+        out["content"] = [block(b, kinds) for b in message["content"]]
+    return out
+
+
+def _public_form(
+    message: Mapping[str, Any], run: _Run | None
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """What a view shows for a non-assistant ``message`` admitted while ``run`` is open, and
+    the ids (as stored) it answers.
+
+    A result answers a still unanswered id of the open run; any other result is an orphan:
+    a ``tool`` message or a pure carrier left with no result is never shown, a block list
+    loses its orphan ``tool_result`` blocks (and is never shown if nothing is left). A
+    result of a call whose id views rename shows the new id.
+    """
+    role = message["role"]
+    open_ids = run.pending if run is not None else []
+    linked: list[str] = []
+    if role == "tool":
+        ref = message.get("tool_call_id")
+        if not (_valid_id(ref) and ref in open_ids):
+            return None, []
+        public = dict(message)
+        linked = [ref]
+    elif role == "system" or not _result_blocks(message):
+        return dict(message), []
+    else:
+        kept: list[object] = []
+        for block in message["content"]:
+            if _get(block, "type") != "tool_result":
+                kept.append(block)
+                continue
+            ref = _block_result_id(block)
+            if _valid_id(ref) and ref in open_ids and ref not in linked:
+                linked.append(ref)
+                kept.append(block)
+        if not kept:
+            return None, []
+        public = {**message, "content": kept}
+    if run is None:
+        return public, linked
+    renames = {c: run.renames[c] for c in linked if c in run.renames}
+    if renames:
+        public = _with_renames(public, renames, ("tool_use_id", "tool_call_id"))
+    return public, linked
+
+
+def _layout(history: Sequence[object]) -> _Layout:
+    """Compute, from the history alone, the rows, the runs and the expected display order.
+
+    Runs: an assistant message with calls opens a run; the next assistant message closes
+    it, and so does a person's own turn (a user message that is not machine-written - no
+    ``source: hook``, not ephemeral - nor a pure result carrier), after its own results are
+    linked. Within a run the call message comes first, then (once the run is closed with
+    calls unanswered) their synthesized results, then the pure result carriers, then
+    messages mixing results with other content, then everything else, each group in
+    admission order. A message no view shows (reference-only row, orphan) changes nothing.
+    A call id declared again after an earlier call message showed it is renamed
+    ``<id>~<n>`` (the smallest n >= 2 not taken) in the call and in its run's results.
+    """
     rows: list[_Row] = []
-    declared: dict[str, int] = {}
+    slots: list[_Slot] = []
+    results_of: dict[tuple[int, str], list[int]] = {}
+    taken: set[str] = set()
+    run: _Run | None = None
+
+    def close(closed: bool) -> None:
+        if run is not None:
+            slots.extend(run.slots(closed and bool(run.pending)))
+
     for index, message in enumerate(history):
-        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+        if (
+            not isinstance(message, Mapping)
+            or not isinstance(message.get("role"), str)
+            or _meta(message).get("amplifier_public_reference_only") is True
+        ):
             rows.append(_Row(index, None, {}))
             continue
-        public: dict[str, Any] | None = dict(message)
-        owners = {rid: declared[rid] for rid in _result_ids(message) if rid in declared}
-        orphans = {rid for rid in _result_ids(message) if rid not in declared}
-        reference_only = _meta(message).get("amplifier_public_reference_only") is True
-        answers_nothing = bool(orphans) and (
-            message.get("role") == "tool" or (_only_results(message) and not owners)
-        )
-        if reference_only or answers_nothing:
-            public = None
-        elif orphans:
-            content = cast(list[object], message["content"])
-            kept = [
-                block
-                for block in content
-                if _get(block, "type") != "tool_result" or _block_result_id(block) not in orphans
-            ]
-            public = {**message, "content": kept}
-        for call_id in _call_ids(message):
-            declared[call_id] = index
+        owners: dict[str, int] = {}
+        if message["role"] == "assistant":
+            close(closed=True)
+            formats = _call_formats(message)
+            renames: dict[str, str] = {}
+            for call_id in formats:
+                if call_id in taken:
+                    n = 2
+                    while f"{call_id}~{n}" in taken or f"{call_id}~{n}" in renames.values():
+                        n += 1
+                    renames[call_id] = f"{call_id}~{n}"
+            taken.update(formats)
+            taken.update(renames.values())
+            public: dict[str, Any] | None = dict(message)
+            if renames:
+                public = _with_renames(dict(message), renames, ("id", "tool_call_id"))
+            rows.append(_Row(index, public, owners))
+            run = _Run(index, list(formats), formats, renames) if formats else None
+            if run is None:
+                slots.append(_Slot(index))
+            continue
+        public, linked = _public_form(message, run)
         rows.append(_Row(index, public, owners))
-    return rows
+        if public is None or message["role"] == "system":
+            continue
+        human = _is_human(message) and not _carries_only_results(message)
+        if run is None:
+            slots.append(_Slot(index))
+            continue
+        for call_id in linked:
+            run.pending.remove(call_id)
+            owners[run.shown(call_id)] = run.owner
+            results_of.setdefault((run.owner, run.shown(call_id)), []).append(index)
+        if not linked:
+            run.others.append(index)
+        elif _carries_only_results(message):
+            run.pure.append(index)
+        else:
+            run.mixed.append(index)
+        if human:
+            close(closed=True)
+            run = None
+    close(closed=False)
+    synthesized: dict[int, list[int]] = {}
+    for position, slot in enumerate(slots):
+        if slot.synthesized:
+            synthesized.setdefault(slot.index, []).append(position)
+    tail = run.owner if run is not None else None
+    pending = frozenset(run.shown(c) for c in run.pending) if run is not None else frozenset()
+    return _Layout(rows, slots, results_of, synthesized, tail, pending)
 
 
 def _json_ok(value: object) -> bool:
@@ -755,75 +1043,158 @@ def _json_ok(value: object) -> bool:
     return True
 
 
-def _tail_is_safe(view: Sequence[Mapping[str, Any]]) -> bool:
+def _runs_in_view(
+    messages: Sequence[Mapping[str, Any]],
+) -> tuple[int | None, frozenset[str]] | ViewInvariantError:
+    """Pairing on the view alone: every result answers a call of the same run (the latest
+    assistant message before it, nothing else assistant in between), at most once; a run
+    closed by a later assistant message has all of its results.
+
+    Returns the view position of the last call message and its ids left unanswered at the
+    end of the view (allowed only for the history's pending tail), or the error.
+    """
+    owner: int | None = None
+    wanted: list[str] = []
     answered: set[str] = set()
-    for message in reversed(view):
-        if _only_results(message):
-            answered.update(_result_ids(message))
-            continue
-        return all(call_id in answered for call_id in _call_ids(message))
-    return True
+    for position, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            missing = [call_id for call_id in wanted if call_id not in answered]
+            if missing:
+                return ViewInvariantError(
+                    1,
+                    "call-without-results",
+                    f"view[{owner}] calls {missing} without results before the next assistant "
+                    f"message (view[{position}])",
+                    owner,
+                )
+            wanted = _call_ids(message)
+            owner = position if wanted else None
+            answered = set()
+        for ref in _result_refs(message):
+            if not _valid_id(ref):
+                detail = f"view[{position}] carries a result id {ref!r}"
+                return ViewInvariantError(1, "result-without-id", detail, position)
+            assert isinstance(ref, str)
+            if ref not in wanted:
+                detail = f"view[{position}] answers {ref!r}, which no call of its run declares"
+                return ViewInvariantError(1, "result-without-call", detail, position)
+            if ref in answered:
+                detail = f"view[{position}] answers {ref!r} a second time"
+                return ViewInvariantError(1, "duplicate-result", detail, position)
+            answered.add(ref)
+    return owner, frozenset(call_id for call_id in wanted if call_id not in answered)
 
 
 def _embed(
     body: Sequence[Mapping[str, Any]],
-    candidates: Sequence[_Row],
+    layout: _Layout,
     truncate_chars: int | None,
     offset: int,
     *,
     reverse: bool,
 ) -> tuple[list[int], list[int]] | ViewInvariantError:
-    """Map each view message to a history row, in order (greedy from the left or right).
+    """Map each view message to a slot of the display order, in order (greedy from the left
+    or right): verbatim, a traceable reduced form, or exactly the synthesized result.
 
-    Returns ``(mapping, reduced)`` (history indexes, in view order), or the error for the
-    first view message that is neither a history message nor a traceable reduced form.
+    Returns ``(chosen, reduced)`` (slot positions in view order; history indexes shown
+    reduced), or the error for the first view message that does not fit.
     """
     order = range(len(body) - 1, -1, -1) if reverse else range(len(body))
-    rows = list(reversed(candidates)) if reverse else list(candidates)
-    mapping: list[int] = []
+    positions = list(range(len(layout.slots)))
+    if reverse:
+        positions.reverse()
+    chosen: list[int] = []
     reduced: list[int] = []
     cursor = 0
+
+    def match(message: Mapping[str, Any], slot: _Slot) -> str | None:
+        if slot.synthesized:
+            if _is_synthesized(message, slot.synthesized, slot.anthropic):
+                return "same"
+            return None
+        public = layout.rows[slot.index].public
+        assert public is not None
+        if _same_message(message, public):
+            return "same"
+        if _is_reduced_form(message, public, truncate_chars):
+            return "reduced"
+        return None
+
     for position in order:
         message = body[position]
-        while cursor < len(rows):
-            row = rows[cursor]
+        while cursor < len(positions):
+            slot_position = positions[cursor]
             cursor += 1
-            assert row.public is not None
-            if _same_message(message, row.public):
-                mapping.append(row.index)
-                break
-            if _is_reduced_form(message, row.public, truncate_chars):
-                mapping.append(row.index)
-                reduced.append(row.index)
+            how = match(message, layout.slots[slot_position])
+            if how is not None:
+                chosen.append(slot_position)
+                if how == "reduced":
+                    reduced.append(layout.slots[slot_position].index)
                 break
         else:
+            where = offset + position
+            if any(match(message, slot) is not None for slot in layout.slots):
+                return ViewInvariantError(
+                    3,
+                    "out-of-order",
+                    f"view[{where}] is a history message out of the display order (results "
+                    f"right after their call, other messages of the run after them): "
+                    f"{message!r:.300}",
+                    where,
+                )
             return ViewInvariantError(
                 4,
                 "invented",
-                f"view[{offset + position}] is neither a history message (in order) nor a "
-                f"traceable reduced form of one: {message!r:.300}",
+                f"view[{where}] is neither a history message nor a traceable reduced form of "
+                f"one nor a synthesized result owed by the view: {message!r:.300}",
+                where,
             )
     if reverse:
-        mapping.reverse()
+        chosen.reverse()
         reduced.reverse()
-    return mapping, reduced
+    return chosen, reduced
 
 
 def _pairing(
-    rows: Sequence[_Row], mapping: Sequence[int], results_of: Mapping[tuple[int, str], list[int]]
-) -> frozenset[str] | ViewInvariantError:
-    """Pending call ids when every shown call has its results and every result its call."""
-    shown = set(mapping)
-    pending: set[str] = set()
-    for index in mapping:
-        row = rows[index]
+    layout: _Layout,
+    chosen: Sequence[int],
+    tail: tuple[int | None, frozenset[str]],
+    offset: int,
+) -> tuple[frozenset[str], frozenset[str]] | ViewInvariantError:
+    """Pairing through the embedding. Returns (pending ids, synthesized ids) or the error.
+
+    Synthesized results are shown exactly when their call message is; a call shown has all
+    of its history results shown; a result shown has its call shown; ids left unanswered at
+    the end of the view belong to the history's pending tail.
+    """
+    shown_slots = set(chosen)
+    shown = {layout.slots[k].index for k in chosen if not layout.slots[k].synthesized}
+    synthesized: set[str] = set()
+    for owner, positions in layout.synthesized.items():
+        present = [k in shown_slots for k in positions]
+        if owner in shown and not all(present):
+            return ViewInvariantError(
+                1,
+                "synthesized-missing",
+                f"the call message history[{owner}] is shown without the synthesized results "
+                "its unanswered calls are owed",
+            )
+        if owner not in shown and any(present):
+            return ViewInvariantError(
+                1,
+                "synthesized-without-call",
+                f"synthesized results for history[{owner}] are shown without their call",
+            )
+        if owner in shown:
+            for k in positions:
+                synthesized.update(layout.slots[k].synthesized)
+    for index in sorted(shown):
+        row = layout.rows[index]
         assert row.public is not None
         for call_id in _call_ids(row.public):
-            answers = results_of.get((index, call_id), [])
+            answers = layout.results_of.get((index, call_id), [])
             missing = [a for a in answers if a not in shown]
-            if not answers:
-                pending.add(call_id)
-            elif missing:
+            if missing:
                 return ViewInvariantError(
                     1,
                     "call-without-results",
@@ -836,7 +1207,19 @@ def _pairing(
                     "result-without-call",
                     f"result {rid!r} of history[{index}] shown without its call (history[{owner}])",
                 )
-    return frozenset(pending)
+    position, unanswered = tail
+    if unanswered:
+        assert position is not None
+        slot = layout.slots[chosen[position - offset]]
+        if slot.synthesized or slot.index != layout.tail or not unanswered <= layout.tail_pending:
+            return ViewInvariantError(
+                1,
+                "call-without-results",
+                f"view[{position}] (history[{slot.index}]) leaves {sorted(unanswered)} "
+                "unanswered but is not the history's pending tail",
+                position,
+            )
+    return frozenset(unanswered), frozenset(synthesized)
 
 
 def check_view_invariants(
@@ -853,19 +1236,58 @@ def check_view_invariants(
 
     ``history`` is the canonical history: the messages as admitted (what the caller gave
     ``add_message``/``set_messages``) or as stored (``get_messages()``; the store's ``_seq``
-    and admission timestamp are then allowed to be absent from the view). Items checked:
+    and admission timestamp are then allowed to be absent from the view). A view of a
+    history *prefix* (a request that raced an admission) must be checked against that
+    prefix. The expected view is computed from the history alone, by these rules (the
+    providers' own: OpenAI Chat Completions and Anthropic Messages):
 
-    1. tool pairing by id, both ways, in all three formats: every result in the view has a
-       valid id whose call is declared by an earlier assistant message of the view; every
-       call shown has all of its history results shown, unless the history has none for it
-       (a pending call);
+    - **runs**: an assistant message's calls (``tool_calls``, ``tool_use``/``tool_call``
+      blocks) are answered by the results (``tool`` messages, ``tool_result`` blocks)
+      admitted before the next assistant message or a person's own turn (a user message
+      neither machine-written - ``source: hook``, ephemeral - nor made of results only; a
+      turn mixing results with typed text closes the run after answering). A result that
+      answers a still unanswered id of the open run is linked to it; any other (call never
+      made, made in an earlier run or only in a reference-only row, admitted before its
+      call, or a second result for an answered id) is an orphan: a ``tool`` message or a
+      message of nothing but results is then never shown, a block list loses its orphan
+      blocks (and is never shown if nothing is left). Reference-only rows and orphans
+      change no run;
+    - **reused ids**: a call id that an earlier shown call message declared is shown as
+      ``<id>~<n>`` (the smallest n >= 2 not taken) in its call and in its run's results,
+      whose metadata gets ``renamed_tool_call_ids`` (shown id -> stored id);
+    - **display order**: system messages first; then, within a run, the call message, then
+      the *pure* result carriers (a ``tool`` message, a message of nothing but
+      ``tool_result`` blocks) in admission order, then messages mixing results with other
+      content, then every other message of the run, in admission order;
+    - **synthesized results**: when a run closes with ids unanswered, the view answers
+      them right after the call message, in the call's format: one ``{"role": "tool",
+      "tool_call_id", "content"}`` per id declared in ``tool_calls`` or as a ``tool_call``
+      block, then one user message of ``tool_result`` blocks (``is_error: True``) for the
+      ``tool_use`` ids, each with a text saying no result was recorded and ``metadata ==
+      {"compaction": {"form": "synthesized", "tool_call_ids": [...]}}``. They are shown
+      exactly when their call message is;
+    - **pending tail**: a run still open at the end of the history shows no results for
+      the ids it has not received.
+
+    Items checked:
+
+    1. tool pairing by id, both ways, in all three formats, on the view itself: every
+       result has a valid id, declared by the latest assistant message before it (no other
+       assistant message in between), answered once; every call shown has results for all
+       of its ids before the next assistant message, except the history's pending tail;
+       and through the history: a call shown has all of its results shown (synthesized
+       ones included), a result shown has its call shown;
     2. protected content, verbatim: system messages (or ``factory_text`` plus hook-sourced
        system messages), the first and the latest human prompt, the newest envelope of
        every ``retained`` body, and every message in ``protected``;
-    3. order: system messages first; the rest is a subsequence of the history, plus at
-       most one compaction notice at a tail where no call is left unanswered;
-    4. no invention: each message equals a history message (minus store bookkeeping) or is
-       a reduced form traceable to one (``metadata["compaction"]``); no ``_seq`` or
+    3. order: system messages first; the rest is a subsequence of the display order above,
+       plus at most one compaction notice at the end, only when no call of the view is left
+       unanswered;
+    4. no invention: each message equals a history message (minus store bookkeeping), is
+       a reduced form traceable to one (``metadata["compaction"]``: a stubbed user message;
+       a truncated result - string content or a block list, in a ``tool`` message or in
+       ``tool_result`` blocks, with ``"protected": True`` for the last-resort form of a
+       protected result), or is a synthesized result the rules above owe; no ``_seq`` or
        ``amplifier_public_*`` key leaks;
     6. when ``canonical`` (the history read again after the call) is given, it equals
        ``history``;
@@ -920,19 +1342,13 @@ def check_view_invariants(
     if late:
         raise fail(3, "system-late", f"system message at view[{late[0]}] after the conversation")
 
-    # 1: pairing by id, on the view alone
-    declared: set[str] = set()
-    for position, message in enumerate(messages):
-        for ref in _result_refs(message):
-            if not _valid_id(ref):
-                detail = f"view[{position}] carries a result id {ref!r}"
-                raise fail(1, "result-without-id", detail, position)
-            if ref not in declared:
-                detail = f"view[{position}] answers {ref!r} unseen"
-                raise fail(1, "result-without-call", detail, position)
-        declared.update(_call_ids(message))
+    # 1: pairing by id, on the view alone (runs)
+    tail = _runs_in_view(messages)
+    if isinstance(tail, ViewInvariantError):
+        raise tail
 
-    rows = _rows(history)
+    layout = _layout(history)
+    rows = layout.rows
 
     # 2 + 3: the system block
     stored_systems: list[Mapping[str, Any]] = [
@@ -949,7 +1365,7 @@ def check_view_invariants(
     ):
         raise fail(2, "systems", f"system block {shown_systems!r:.300} != {expected!r:.300}")
 
-    # 3 + 4: the notice, only at a safe tail
+    # 3 + 4: the notice, only at the end of a view that leaves no call unanswered
     body = messages[systems:]
     notice = (
         bool(body)
@@ -961,34 +1377,34 @@ def check_view_invariants(
     )
     if notice:
         body = body[:-1]
-        if not _tail_is_safe(messages[:-1]):
-            raise fail(3, "notice-unsafe", "compaction notice after an unanswered tool call")
+        if tail[1]:
+            raise fail(
+                3,
+                "notice-unsafe",
+                f"compaction notice in a view that leaves {sorted(tail[1])} unanswered",
+            )
 
-    # 3 + 4: a subsequence of the history, verbatim or a traceable reduced form. Equal
-    # messages (a duplicated row) make the embedding ambiguous, so pairing is judged on the
-    # leftmost and on the rightmost embedding; the view passes if either is consistent.
-    candidates = [r for r in rows if r.public is not None and r.public["role"] != "system"]
-    leftmost = _embed(body, candidates, truncate_chars, systems, reverse=False)
+    # 3 + 4: a subsequence of the display order, each message verbatim, a traceable reduced
+    # form or an owed synthesized result. Equal messages (a duplicated row) make the
+    # embedding ambiguous, so pairing is judged on the leftmost and on the rightmost
+    # embedding; the view passes if either is consistent.
+    leftmost = _embed(body, layout, truncate_chars, systems, reverse=False)
     if isinstance(leftmost, ViewInvariantError):
         raise leftmost
-    rightmost = _embed(body, candidates, truncate_chars, systems, reverse=True)
+    rightmost = _embed(body, layout, truncate_chars, systems, reverse=True)
     assert not isinstance(rightmost, ViewInvariantError)
 
     # 1: pairing by id, through the embedding
-    results_of: dict[tuple[int, str], list[int]] = {}
-    for row in rows:
-        if row.public is not None:
-            for rid, owner in row.owners.items():
-                results_of.setdefault((owner, rid), []).append(row.index)
-    pairing = _pairing(rows, leftmost[0], results_of)
-    mapping, reduced = leftmost
+    chosen, reduced = leftmost
+    pairing = _pairing(layout, chosen, tail, systems)
     if isinstance(pairing, ViewInvariantError):
-        second = _pairing(rows, rightmost[0], results_of)
+        second = _pairing(layout, rightmost[0], tail, systems)
         if isinstance(second, ViewInvariantError):
             raise pairing
         pairing = second
-        mapping, reduced = rightmost
-    pending = pairing
+        chosen, reduced = rightmost
+    pending, synthesized = pairing
+    mapping = [layout.slots[k].index for k in chosen if not layout.slots[k].synthesized]
 
     # 2: protected content, verbatim
     must: list[Mapping[str, Any]] = []
@@ -1019,6 +1435,7 @@ def check_view_invariants(
         reduced=tuple(reduced),
         notice=notice,
         pending=pending,
+        synthesized=synthesized,
     )
 
 

@@ -41,7 +41,6 @@ from .classify import (
     block_id,
     block_type,
     classify,
-    has_anonymous_results,
 )
 from .estimate import estimate_message
 from .ids import fresh_ids, renamed_calls, renamed_results
@@ -160,6 +159,11 @@ def public_form(admitted: Mapping[str, Any], drop_results: frozenset[str]) -> di
     (the sequence id, the timestamp we stamp) stays in the stored history only, and the
     history-only ``amplifier_public_*`` keys are dropped. A message that came without
     metadata has none in its views, so building a view copies one dict per message.
+
+    In a list of blocks, ``tool_result`` blocks that answer nothing (their id is in
+    ``drop_results``, they name no call, or they repeat an id already answered in the
+    message) are left out, and the remaining results come first: the Anthropic API
+    requires a turn that answers calls to begin with its results.
     """
     message = dict(admitted)
     metadata = message.get("metadata")
@@ -167,16 +171,33 @@ def public_form(admitted: Mapping[str, Any], drop_results: frozenset[str]) -> di
         message["metadata"] = {
             k: v for k, v in metadata.items() if k != SEQ_KEY and k not in PUBLIC_METADATA_KEYS
         }
-    if isinstance(admitted.get("content"), list) and (
-        drop_results or has_anonymous_results(admitted)
-    ):
-        message["content"] = [
-            block
-            for block in admitted["content"]
-            if block_type(block) != "tool_result"
-            or block_id(block, "tool_use_id", "tool_call_id") not in drop_results | {None}
-        ]
+    content = admitted.get("content")
+    if isinstance(content, list):
+        tidy = _results_first(content, drop_results)
+        if tidy is not None:
+            message["content"] = tidy
     return message
+
+
+def _results_first(blocks: list[Any], drop: frozenset[str]) -> list[Any] | None:
+    """``blocks`` with unanswerable results dropped and results first; None if unchanged."""
+    results: list[Any] = []
+    others: list[Any] = []
+    seen: set[str] = set()
+    changed = False
+    for block in blocks:
+        if block_type(block) != "tool_result":
+            others.append(block)
+            continue
+        call_id = block_id(block, "tool_use_id", "tool_call_id")
+        if call_id is None or call_id in drop or call_id in seen:
+            changed = True
+            continue
+        seen.add(call_id)
+        if others:
+            changed = True  # a result after other content: move it up
+        results.append(block)
+    return results + others if changed else None
 
 
 def copy_message(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -225,6 +246,8 @@ class _Run:
     """Where the next message mixing results and other content goes."""
     renames: dict[str, str]
     """Reused call ids and the names views show them under (see ``ids.py``)."""
+    held: list[int] = field(default_factory=list)
+    """Notes admitted while calls were running, shown once the run is answered or closed."""
 
 
 @dataclass(slots=True)
@@ -247,6 +270,8 @@ class History:
     synthesized: dict[int, Synthesized] = field(default_factory=dict)
     """Call message seq -> the results views supply for its unanswered calls."""
     _run: _Run | None = None
+    released_at: dict[int, int] = field(default_factory=dict)
+    """Held notes -> the seq from which views show them (see ``position_seq``)."""
     _declared: set[str] = field(default_factory=set)
     """Every call id (and view name) declared so far, to make reused ids unique."""
     body_prefix: list[int] = field(default_factory=lambda: [0])
@@ -272,7 +297,9 @@ class History:
         A prefix of ``length`` entries shows ``item`` iff this is below ``length``: a
         message by its own seq, synthesized results by the seq that closed their run.
         """
-        return item if item >= 0 else self.synthesized[marker_owner(item)].closed_at
+        if item < 0:
+            return self.synthesized[marker_owner(item)].closed_at
+        return self.released_at.get(item, item)
 
     def pending_groups(self, length: int) -> frozenset[int]:
         """Groups with a call that a view of the first ``length`` entries leaves open.
@@ -313,11 +340,10 @@ class History:
         answerable = run.pending if run is not None else {}
         in_place = tuple(i for i in info.result_ids if i in answerable)
         orphans = frozenset(info.result_ids).difference(in_place)
-        anonymous = has_anonymous_results(capped)
         public: dict[str, Any] | None
         if info.reference_only or (info.is_result_carrier and not in_place):
             public = None
-        elif (orphans or anonymous) and isinstance(capped.get("content"), list):
+        elif isinstance(capped.get("content"), list):
             public = public_form(capped, orphans)
             if not public["content"]:
                 public = None
@@ -386,6 +412,12 @@ class History:
         if run is None or not in_place:
             if info.is_human:
                 self._close_run(seq)
+            elif run is not None and run.pending and not info.is_system:
+                # A note admitted while calls are still running is shown after their
+                # results (or their synthesized results): shown now, it would stand
+                # between a call and its results.
+                run.held.append(seq)
+                return
             self.order.append(seq)
             return
         for call_id in in_place:
@@ -399,13 +431,25 @@ class History:
             position = run.mixed_end
         run.mixed_end += 1
         self._insert(position, seq)
+        if not run.pending:
+            self._release(run, seq)
         if info.is_human:
             self._close_run(seq)
+
+    def _release(self, run: _Run, at: int) -> None:
+        """Show the notes held back while ``run`` had calls running, from seq ``at`` on."""
+        for held in run.held:
+            self.released_at[held] = at
+            self.order.append(held)
+        run.held.clear()
 
     def _close_run(self, closing: int) -> None:
         """A new assistant turn: the open run's unanswered calls get synthesized results."""
         run, self._run = self._run, None
-        if run is None or not run.pending:
+        if run is None:
+            return
+        if not run.pending:
+            self._release(run, closing)
             return
         owner = self.entries[run.owner]
         assert owner.public is not None
@@ -421,6 +465,7 @@ class History:
         )
         self._body_added += tokens
         self._insert(run.owner_index + 1, synthesized_marker(run.owner))
+        self._release(run, closing)
         for call_id in ids:
             logger.warning(
                 "context-simple: tool call %s (message %d) has no recorded result and the "

@@ -377,7 +377,11 @@ class SimpleContextManager:
         # compacted view larger than the view the compaction started from.
         ceiling = self.notice_ceiling(plan, rendered)
         if staged is not None:
-            ceiling = min(ceiling, rendered.tokens)
+            # ... nor larger than the view it started from, with that view's own notice
+            _, before_notice = self.with_notice(
+                list(rendered.messages), plan.decisions, room=ceiling - rendered.tokens
+            )
+            ceiling = min(ceiling, rendered.tokens + before_notice)
         messages, notice_tokens = self.with_notice(
             view.messages, decisions, room=ceiling - view.tokens
         )

@@ -163,7 +163,8 @@ class Negotiation:
         """Our estimate of the view the result returns (for the meter stats)."""
         self.developers = store.developer_seqs(plan)
         self.base_tokens = 0
-        """Our estimate of the view under the committed decisions (set by ``candidate``)."""
+        """Our estimate of the view under the committed decisions, notice included (set by
+        ``candidate``): no reduced candidate may be larger."""
         self.synthesized = 0
         """Synthesized results in the latest candidate (for the meter stats)."""
         self.limit_ceiling = plan.budget
@@ -182,11 +183,11 @@ class Negotiation:
         ceiling = min(self.store.notice_ceiling(self.plan, rendered), self.limit_ceiling)
         if decisions is not self.plan.decisions:
             ceiling = min(ceiling, self.base_tokens)
-        else:
-            self.base_tokens = rendered.tokens
         view, notice = self.store.with_notice(
             rendered.messages, decisions, room=ceiling - rendered.tokens
         )
+        if decisions is self.plan.decisions:
+            self.base_tokens = rendered.tokens + notice
         return view, rendered.tokens + notice
 
     async def count(self, decisions: Decisions) -> Attempt:
