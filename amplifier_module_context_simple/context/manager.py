@@ -657,7 +657,6 @@ class SimpleContextManager:
         """
         if provenance == self._last_emitted_budget:
             return  # noqa: ASYNC910
-        self._last_emitted_budget = provenance
         if provenance.get("window_too_small"):
             logger.warning(
                 "context-simple: the provider's window (%s tokens) leaves no room for its "
@@ -666,6 +665,9 @@ class SimpleContextManager:
                 provenance.get("effective_budget"),
             )
         await self._emit(BUDGET_EVENT, dict(provenance))
+        # Marked only once delivered: a request cancelled during delivery leaves no mark,
+        # so the next request emits the budget again.
+        self._last_emitted_budget = provenance
 
     async def _emit(self, event: str, data: dict[str, Any]) -> bool:
         """Deliver an event; a failing hook is logged, never raised. Cancellation propagates.
