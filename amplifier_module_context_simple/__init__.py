@@ -20,11 +20,18 @@ from .context.config import TOKEN_METER_ACTUAL as TOKEN_METER_ACTUAL
 from .context.config import TOKEN_METER_ESTIMATE as TOKEN_METER_ESTIMATE
 from .context.config import ContextConfig as ContextConfig
 from .context.config import validated_max_tokens as _validated_max_tokens
-from .context.manager import SimpleContextManager as SimpleContextManager
 from .errors import ContextLengthError as ContextLengthError
+from .errors import CountContractError as CountContractError
 from .errors import InvalidMessageError as InvalidMessageError
+from .errors import ProviderLimitError as ProviderLimitError
 from .errors import RequiredContentTooLargeError as RequiredContentTooLargeError
 from .errors import RetainedContentMissingError as RetainedContentMissingError
+from .errors import TokenMeterError as TokenMeterError
+from .errors import TransactionConflictError as TransactionConflictError
+from .errors import TransactionStateError as TransactionStateError
+from .negotiator.transaction import RequestTransaction as RequestTransaction
+from .negotiator.transaction import TxnState as TxnState
+from .manager import SimpleContextManager as SimpleContextManager
 
 __amplifier_module_type__ = "context"
 
@@ -35,10 +42,17 @@ __all__ = (
     "TOKEN_METER_ESTIMATE",
     "ContextConfig",
     "ContextLengthError",
+    "CountContractError",
     "InvalidMessageError",
+    "ProviderLimitError",
+    "RequestTransaction",
     "RequiredContentTooLargeError",
     "RetainedContentMissingError",
     "SimpleContextManager",
+    "TokenMeterError",
+    "TransactionConflictError",
+    "TransactionStateError",
+    "TxnState",
     "_validated_max_tokens",
     "mount",
 )

@@ -45,8 +45,41 @@ from .context.config import ContextConfig
 from .context.estimate import estimate_message
 from .context.history import validate_message
 from .context.ingress import cap_tool_result
-from .context.manager import BUDGET_EVENT, COMPACTION_EVENT, SimpleContextManager
+from .context.store import BUDGET_EVENT, COMPACTION_EVENT
 from .errors import InvalidMessageError
+from .manager import SimpleContextManager
+
+__all__ = (
+    "CONFIG_KEYS",
+    "EXIT_FAILURE",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "PROG",
+    "SUMMARY_ROWS",
+    "CliError",
+    "EventLog",
+    "Problem",
+    "ProviderInfo",
+    "RequestRecord",
+    "Run",
+    "Transcript",
+    "WarningTally",
+    "WindowProvider",
+    "build_config",
+    "build_parser",
+    "format_table",
+    "main",
+    "parse_assignment",
+    "parse_transcript",
+    "replay",
+    "report_dict",
+    "report_text",
+    "run_replay",
+    "tallied_warnings",
+    "use_agg_backend",
+    "write_plot",
+)
+
 
 PROG: Final = "amplifier-context-simple"
 EXIT_OK: Final = 0

@@ -25,8 +25,10 @@ __all__ = (
     "ContextLengthError",
     "CountContractError",
     "InvalidMessageError",
+    "ProviderLimitError",
     "RequiredContentTooLargeError",
     "RetainedContentMissingError",
+    "TokenMeterError",
     "TransactionConflictError",
     "TransactionStateError",
 )
@@ -91,3 +93,34 @@ class TransactionConflictError(RuntimeError):
     The orchestrator-facing ``commit()`` reports this as ``False`` instead; see
     ``RequestTransaction.commit``.
     """
+
+
+class TokenMeterError(RuntimeError):
+    """Raised when a negotiated (measured) request is asked of a store whose
+    ``token_meter`` is not ``"actual"``: only such a store negotiates provider counts."""
+
+
+class ProviderLimitError(ContextLengthError):
+    """Raised when a negotiated request cannot fit the provider's input limit.
+
+    ``estimated`` and ``limit`` are the provider's figures for the last request counted
+    (None when unknown), ``rung`` the deepest reduction reached (0-8; 9 once the protected
+    floor itself was reduced) and ``reason`` a short code: ``"oversize_unmeasured"``,
+    ``"recount_unavailable"``, ``"fit_still_over"`` or ``"irreducible_over_limit"``.
+    Nothing staged is kept when this is raised.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        estimated: int | None = None,
+        limit: int | None = None,
+        rung: int = 0,
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.estimated = estimated
+        self.limit = limit
+        self.rung = rung

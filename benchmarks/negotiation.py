@@ -46,7 +46,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from amplifier_module_context_simple.context.manager import SimpleContextManager
+from amplifier_module_context_simple import SimpleContextManager
 from benchmarks import histories, real
 from benchmarks.provider import Counter
 

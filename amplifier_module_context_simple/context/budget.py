@@ -12,6 +12,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
+__all__ = (
+    "WINDOW_SAFETY_MARGIN",
+    "derive_budget",
+)
+
+
 logger = logging.getLogger(__name__)
 
 WINDOW_SAFETY_MARGIN: Final = 4096

@@ -21,6 +21,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+__all__ = (
+    "LOADED_TOOL_STATE_METADATA_KEYS",
+    "NOTICE_SOURCE",
+    "PUBLIC_METADATA_KEYS",
+    "MessageInfo",
+    "block_field",
+    "block_id",
+    "block_type",
+    "carried_result_ids",
+    "classify",
+    "declared_call_ids",
+    "has_anonymous_results",
+    "metadata_of",
+)
+
+
 NOTICE_SOURCE: Final = "context-compaction"
 LOADED_TOOL_STATE_METADATA_KEYS: Final = frozenset({"openai:tool_search_items"})
 PUBLIC_METADATA_KEYS: Final = frozenset(

@@ -26,6 +26,13 @@ from .notice import notice_message
 from .plan import RequestPlan
 from .render import Rendered
 
+__all__ = (
+    "FLOOR_REGROWTH",
+    "Compactor",
+    "FloorMark",
+)
+
+
 logger = logging.getLogger(__name__)
 
 FLOOR_REGROWTH: Final = 0.05

@@ -17,6 +17,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+__all__ = (
+    "DEFAULT_MAX_TOKENS_FALLBACK",
+    "DEFAULT_MAX_TOOL_RESULT_BYTES",
+    "INGRESS_MARKER_TEMPLATE",
+    "MIN_MAX_TOOL_RESULT_BYTES",
+    "TOKEN_METER_ACTUAL",
+    "TOKEN_METER_ESTIMATE",
+    "VERBOSITIES",
+    "ContextConfig",
+    "validated_max_tokens",
+    "validated_token_meter",
+)
+
+
 logger = logging.getLogger(__name__)
 
 TOKEN_METER_ESTIMATE: Final = "estimate"

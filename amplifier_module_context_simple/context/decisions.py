@@ -15,6 +15,12 @@ from typing import Any
 
 from .ladder import Form, Ladder
 
+__all__ = (
+    "REMOVED",
+    "Decisions",
+)
+
+
 REMOVED = None
 """Override value for a removed message."""
 

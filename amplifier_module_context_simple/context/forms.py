@@ -40,6 +40,14 @@ from .classify import block_field, block_type
 from .estimate import estimate_message
 from .ingress import RETRIEVAL_GUIDANCE, rebuildable, with_field
 
+__all__ = (
+    "STUB_MIN_CHARS",
+    "STUB_PREVIEW_CHARS",
+    "stubbed_form",
+    "truncated_form",
+)
+
+
 STUB_MIN_CHARS: Final = 80
 STUB_PREVIEW_CHARS: Final = 50
 _TEXT_TYPES: Final = frozenset({"text", "input_text", "output_text"})

@@ -47,6 +47,21 @@ from .ids import fresh_ids, renamed_calls, renamed_results
 from .ingress import IngressClip, cap_tool_result
 from .synthesize import synthesized_results
 
+__all__ = (
+    "SEQ_KEY",
+    "Entry",
+    "History",
+    "Synthesized",
+    "build_history",
+    "copy_message",
+    "marker_owner",
+    "public_form",
+    "synthesized_marker",
+    "utc_timestamp",
+    "validate_message",
+)
+
+
 logger = logging.getLogger(__name__)
 
 SEQ_KEY = "_seq"

@@ -16,6 +16,14 @@ from typing import Any, Final
 
 from .classify import block_field, block_type
 
+__all__ = (
+    "RENAMED_KEY",
+    "fresh_ids",
+    "renamed_calls",
+    "renamed_results",
+)
+
+
 RENAMED_KEY: Final = "renamed_tool_call_ids"
 
 

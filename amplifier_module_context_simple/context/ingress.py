@@ -39,6 +39,19 @@ from typing import Any, Final
 from .classify import block_field, block_id
 from .config import INGRESS_MARKER_TEMPLATE
 
+__all__ = (
+    "INGRESS_EVENT",
+    "RETRIEVAL_GUIDANCE",
+    "IngressClip",
+    "cap_tool_result",
+    "marker",
+    "rebuildable",
+    "utf8_prefix",
+    "utf8_size",
+    "with_field",
+)
+
+
 RETRIEVAL_GUIDANCE: Final = (
     "retrieve missing content using narrower read/query parameters; "
     "do not repeat state-changing actions just to recover output."

@@ -39,6 +39,15 @@ from typing import Any, Final
 
 from .classify import MessageInfo
 
+__all__ = (
+    "RUNG_COUNT",
+    "Form",
+    "Item",
+    "Ladder",
+    "LadderParams",
+)
+
+
 Form = tuple[dict[str, Any], int]
 """A reduced message and its token estimate."""
 

@@ -18,6 +18,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = (
+    "TokenMeter",
+    "reading_from_usage",
+)
+
 
 def _count(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:

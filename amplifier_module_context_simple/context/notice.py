@@ -13,6 +13,15 @@ from typing import Any, Final
 
 from .classify import NOTICE_SOURCE, carried_result_ids, declared_call_ids
 
+__all__ = (
+    "NOTICE_CLOSE",
+    "NOTICE_OPEN",
+    "notice_message",
+    "notice_text",
+    "tail_is_safe",
+)
+
+
 NOTICE_OPEN: Final = f'<system-reminder source="{NOTICE_SOURCE}">'
 NOTICE_CLOSE: Final = "</system-reminder>"
 _MINIMAL: Final = (

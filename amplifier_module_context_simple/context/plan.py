@@ -7,6 +7,8 @@ from typing import Any
 
 from .decisions import Decisions
 
+__all__ = ("RequestPlan",)
+
 
 @dataclass(frozen=True, slots=True)
 class RequestPlan:
@@ -20,6 +22,8 @@ class RequestPlan:
     length: int
     """Number of history entries the request sees."""
     epoch: int
+    version: tuple[int, int]
+    """The store's (history epoch, commit version) when planned: a commit must match it."""
     decisions: Decisions
     protected: frozenset[int]
     retained: bool

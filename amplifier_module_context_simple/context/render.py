@@ -17,6 +17,11 @@ from .decisions import Decisions
 from .estimate import estimate_message
 from .history import BODY, HOOK_SYSTEM, SYSTEM, History, copy_message, marker_owner
 
+__all__ = (
+    "Rendered",
+    "Renderer",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Rendered:

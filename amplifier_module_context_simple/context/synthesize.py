@@ -24,6 +24,12 @@ from typing import Any, Final
 
 from .classify import block_field, block_id, block_type
 
+__all__ = (
+    "SYNTHESIZED_FORM",
+    "synthesized_results",
+)
+
+
 SYNTHESIZED_FORM: Final = "synthesized"
 
 

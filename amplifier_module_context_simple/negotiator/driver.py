@@ -1,39 +1,54 @@
 """The negotiated (measured) request path: the async driver of ``RequestTransaction``.
 
-``negotiate`` proposes the notice-inclusive candidate view to the orchestrator's
-``count_view`` (which builds and counts the complete request with the provider), and,
-when the provider's count says the request is over the trigger, reduces the candidate
-with the eight legal rungs until a count fits the target. It awaits only through its
-seams: the system-prompt factory (once, while planning), ``count_view``, ``fit_output``
-and event delivery. Everything it decides is staged in the transaction; any exception or
-cancellation rolls the transaction back before it propagates.
+``negotiate`` proposes the notice-inclusive candidate view of a planned request (a
+``Negotiable``, the store's seam) to the orchestrator's ``count_view``, which builds and
+counts the complete request with the provider; when the count is over the trigger, it
+reduces the candidate with the eight legal rungs until a count fits the target, then
+offers ``fit_output`` once when the request is still over the provider's hard limit,
+and finally reduces the protected floor itself. It awaits only through its seams
+(``count_view``, ``fit_output`` and the return boundary's event delivery). Everything it
+keeps is staged in the transaction; any exception or cancellation before the result is
+returned rolls the transaction back.
 
 Fewer counts: a count is a network round trip. After the first measured count the
 driver calibrates its own estimate against the provider (``count / estimate``) and does
 not count a rung whose calibrated prediction stays above the target by more than
 ``SKIP_MARGIN``; it always counts the candidate it returns. ``count_every_rung: true``
 turns skipping off (count every rung that changed something, as the existing module
-does). Either way there are at most nine base counts.
+does). Either way there are at most nine base counts, plus at most ``FLOOR_COUNTS``
+while the floor is reduced.
+
+This module knows views, estimates and the seam; it imports nothing else from
+``context``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
 
-from ..context.config import TOKEN_METER_ACTUAL
-from ..context.ladder import RUNG_COUNT, Ladder
-from ..errors import ContextLengthError, CountContractError, TransactionConflictError
-from .transaction import RequestTransaction, TxnEvent, TxnState
+from ..context.negotiable import Candidate, Negotiable
+from ..errors import CountContractError, ProviderLimitError
+from .transaction import RequestTransaction, _Machine
 
-if TYPE_CHECKING:
-    from ..context.decisions import Decisions
-    from ..context.manager import SimpleContextManager
-    from ..context.plan import RequestPlan
+__all__ = (
+    "Attempt",
+    "Decision",
+    "Fitted",
+    "Negotiation",
+    "Outcome",
+    "check_seams",
+    "negotiate",
+    "read_decision",
+    "read_fitted",
+)
 
 CountView = Callable[[list[dict[str, Any]]], Awaitable[Any]]
 FitOutput = Callable[[list[dict[str, Any]], Any], Awaitable[Any]]
+Outcome = Literal[
+    "not_needed", "target_reached", "protected_floor", "reduced_output", "measurement_unavailable"
+]
 
 FLOOR_COUNTS: Final = 3
 """Counts spent at most on reducing the protected floor below the provider's limit."""
@@ -41,45 +56,42 @@ FLOOR_COUNTS: Final = 3
 SKIP_MARGIN: Final = 0.10
 """Skip counting a rung only when its calibrated prediction exceeds target by this much."""
 
-CANNOT_FIT: Final = "Context cannot fit protected content within the provider input limit."
+FLOOR_RUNG: Final = 9
+"""The ``rung`` an error reports once the protected floor itself was reduced."""
+
+CANNOT_FIT: Final = "Context cannot fit protected content within the provider input limit"
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One counted candidate: the exact view and envelope, and what the provider said."""
-
-    view: list[dict[str, Any]]
-    envelope: Any
-    count: int | None
-    """The provider's input count, or None when the measurement is unusable."""
-    estimated: int | None
-    """The provider's hard-safe input estimate (``estimated_input_tokens``)."""
-    limit: int | None
-    source: str | None
-    own_estimate: int
-    """Our estimator's figure for ``view`` (used to calibrate predictions)."""
-
-    @property
-    def usable(self) -> bool:
-        return self.count is not None
-
-    @property
-    def oversize(self) -> bool:
-        """Known to exceed the provider's hard input limit."""
-        return self.estimated is not None and self.limit is not None and self.estimated > self.limit
+# -- decoding what the orchestrator returns ------------------------------------------------
 
 
-def _non_negative_int(value: object) -> int | None:
+def _count(value: object) -> int | None:
+    """A non-negative integer (never a bool), else None."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
     return value
 
 
-def read_decision(envelope: object) -> tuple[int | None, int | None, int | None, str | None]:
-    """Validate a ``{dispatch, budget_decision}`` envelope.
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A decoded ``budget_decision``: the provider's figures for one counted request."""
 
-    Returns ``(count, estimated, limit, source)``; ``count`` is None when the measurement
-    is unusable, all four are None when there is no decision.
+    estimated: int
+    """The provider's hard-safe input estimate (``estimated_input_tokens``)."""
+    limit: int
+    """The provider's hard input limit (``input_limit_tokens``)."""
+    count: int | None
+    """The provider's measured input count, or None when the measurement is unusable."""
+    source: str | None
+
+    @property
+    def oversize(self) -> bool:
+        """Known to exceed the provider's hard input limit."""
+        return self.estimated > self.limit
+
+
+def read_decision(envelope: object) -> Decision | None:
+    """Validate a ``{dispatch, budget_decision}`` envelope; None when there is no decision.
 
     Raises:
         CountContractError: the envelope or decision is malformed (a ``TypeError``).
@@ -88,13 +100,13 @@ def read_decision(envelope: object) -> tuple[int | None, int | None, int | None,
         raise CountContractError("count_view must return {dispatch, budget_decision}")
     decision = envelope.get("budget_decision")
     if decision is None:
-        return None, None, None, None
+        return None
     if not isinstance(decision, Mapping):
         raise CountContractError(
             f"budget_decision must be a dict or None, got {type(decision).__name__}"
         )
-    estimated = _non_negative_int(decision.get("estimated_input_tokens"))
-    limit = _non_negative_int(decision.get("input_limit_tokens"))
+    estimated = _count(decision.get("estimated_input_tokens"))
+    limit = _count(decision.get("input_limit_tokens"))
     if estimated is None or limit is None:
         raise CountContractError(
             "estimated_input_tokens and input_limit_tokens must be non-negative integers, got "
@@ -102,297 +114,268 @@ def read_decision(envelope: object) -> tuple[int | None, int | None, int | None,
         )
     measurement = decision.get("measurement")
     if not isinstance(measurement, Mapping) or measurement.get("kind") != "provider_count":
-        return None, estimated, limit, None
+        return Decision(estimated, limit, None, None)
     source = measurement.get("source")
-    count = _non_negative_int(measurement.get("input_tokens"))
+    count = _count(measurement.get("input_tokens"))
     if not isinstance(source, str) or not source or count is None or estimated < count:
-        return None, estimated, limit, None
-    return count, estimated, limit, source
+        return Decision(estimated, limit, None, None)
+    return Decision(estimated, limit, count, source)
 
 
-def read_fitted(result: object) -> tuple[int, int, int, str, int]:
-    """Validate a ``fit_output`` result; return ``(count, estimated, limit, source, calls)``.
+@dataclass(frozen=True, slots=True)
+class Fitted:
+    """A decoded ``fit_output`` result."""
+
+    decision: Decision
+    calls: int
+    """Provider counts ``fit_output`` spent (``count_calls``)."""
+
+    @property
+    def count(self) -> int:
+        assert self.decision.count is not None  # read_fitted only builds measured ones
+        return self.decision.count
+
+
+def read_fitted(result: object) -> Fitted:
+    """Validate a ``fit_output`` result (it may still be over the limit: see ``oversize``).
 
     Raises:
         CountContractError: malformed result or unusable measurement.
-        ContextLengthError: the fitted request is still over the provider's limit.
     """
     if not isinstance(result, Mapping) or "dispatch" not in result:
         raise CountContractError("fit_output must return {dispatch, budget_decision, count_calls}")
-    calls = result.get("count_calls")
-    if isinstance(calls, bool) or not isinstance(calls, int) or calls <= 0:
-        raise CountContractError(f"fit_output count_calls must be a positive integer: {calls!r}")
-    count, estimated, limit, source = read_decision(result)
-    if count is None or estimated is None or limit is None or source is None:
-        raise CountContractError("fit_output must return a usable provider_count measurement")
-    if estimated > limit:
-        raise ContextLengthError(
-            f"{CANNOT_FIT[:-1]}: the fitted request is still {estimated:,} > {limit:,}."
+    calls = _count(result.get("count_calls"))
+    if calls is None or calls == 0:
+        raise CountContractError(
+            f"fit_output count_calls must be a positive integer: {result.get('count_calls')!r}"
         )
-    return count, estimated, limit, source, calls
+    decision = read_decision(result)
+    if decision is None or decision.count is None:
+        raise CountContractError("fit_output must return a usable provider_count measurement")
+    return Fitted(decision, calls)
 
 
-def _calls(result: object) -> int:
-    """``count_calls`` of a ``fit_output`` result already validated by ``read_fitted``."""
-    calls = result.get("count_calls") if isinstance(result, Mapping) else None
-    return calls if isinstance(calls, int) and not isinstance(calls, bool) else 0
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One counted candidate: the exact view and envelope, and what the provider said."""
+
+    candidate: Candidate
+    envelope: Any
+    decision: Decision | None
+
+    @property
+    def view(self) -> list[dict[str, Any]]:
+        return self.candidate.view
+
+    @property
+    def count(self) -> int | None:
+        """The provider's input count, or None when the measurement is unusable."""
+        return None if self.decision is None else self.decision.count
+
+    @property
+    def oversize(self) -> bool:
+        return self.decision is not None and self.decision.oversize
+
+
+# -- the driver --------------------------------------------------------------------------
 
 
 class Negotiation:
     """One run of the negotiated path over a planned request (used once)."""
 
-    def __init__(
-        self,
-        store: SimpleContextManager,
-        plan: RequestPlan,
-        count_view: CountView,
-        fit_output: FitOutput | None,
-    ) -> None:
-        self.store = store
-        self.plan = plan
+    def __init__(self, seam: Negotiable, count_view: CountView, fit_output: FitOutput | None):
+        self.seam = seam
         self.count_view = count_view
         self.fit_output = fit_output
-        config = store.config
-        self.trigger = plan.effective * config.compact_threshold
-        self.target = int(plan.effective * config.target_usage)
-        self.skip_counts = not config.count_every_rung
-        self.txn = RequestTransaction(store, plan.decisions, store.version)
+        self.machine = _Machine(seam)
         self.count_calls = 0
         self.attempts: list[Attempt] = []
-        self.final_estimate = 0
-        """Our estimate of the view the result returns (for the meter stats)."""
-        self.developers = store.developer_seqs(plan)
-        self.base_tokens = 0
-        """Our estimate of the view under the committed decisions, notice included (set by
-        ``candidate``): no reduced candidate may be larger."""
-        self.synthesized = 0
-        """Synthesized results in the latest candidate (for the meter stats)."""
-        self.limit_ceiling = plan.budget
-        """While the floor is reduced: the provider's limit in our estimate's units."""
+        self.final = seam.base
+        """The candidate the result returns (for the meter stats)."""
 
-    # -- seams -------------------------------------------------------------------
-
-    def candidate(self, decisions: Decisions) -> tuple[list[dict[str, Any]], int]:
-        """The notice-inclusive public view under ``decisions`` and our estimate of it.
-
-        The notice is budgeted: it must fit the policy budget and may not make a reduced
-        candidate larger than the view the negotiation started from.
-        """
-        rendered = self.store.render(self.plan, decisions)
-        self.synthesized = rendered.synthesized
-        ceiling = min(self.store.notice_ceiling(self.plan, rendered), self.limit_ceiling)
-        if decisions is not self.plan.decisions:
-            ceiling = min(ceiling, self.base_tokens)
-        view, notice = self.store.with_notice(
-            rendered.messages, decisions, room=ceiling - rendered.tokens
-        )
-        if decisions is self.plan.decisions:
-            self.base_tokens = rendered.tokens + notice
-        return view, rendered.tokens + notice
-
-    async def count(self, decisions: Decisions) -> Attempt:
-        """Count the candidate under ``decisions`` through the orchestrator's seam."""
-        view, own = self.candidate(decisions)
-        self.txn.fire(TxnEvent.COUNT)
-        envelope = await self.count_view(view)
+    async def count(self, candidate: Candidate) -> Attempt:
+        """Count ``candidate`` through the orchestrator's seam."""
+        self.machine.counting()
+        envelope = await self.count_view(candidate.view)
         self.count_calls += 1
-        self.check_snapshot()
-        count, estimated, limit, source = read_decision(envelope)
-        self.txn.fire(TxnEvent.RECORD)
-        attempt = Attempt(view, envelope, count, estimated, limit, source, own)
+        self.machine.counted()
+        attempt = Attempt(candidate, envelope, read_decision(envelope))
         self.attempts.append(attempt)
         return attempt
-
-    def check_snapshot(self) -> None:
-        """Stop, typed, when the history was replaced while a seam was awaited.
-
-        The plan is a snapshot of a history prefix; ``set_messages`` or ``clear`` during a
-        count invalidates it (appends do not: the prefix is unchanged).
-
-        Raises:
-            TransactionConflictError: the store's history epoch moved; nothing is staged.
-        """
-        if self.store.version[0] != self.plan.epoch:
-            raise TransactionConflictError(
-                "the context history was replaced (set_messages or clear) while this "
-                "request was being counted; nothing was applied"
-            )
-
-    # -- stats and results ----------------------------------------------------------
-
-    def staged_stats(
-        self,
-        ladder: Ladder,
-        staged: Decisions,
-        before: Attempt,
-        after: Attempt,
-        outcome: str,
-        count_calls: int,
-    ) -> dict[str, Any]:
-        rendered = self.store.render(self.plan, self.plan.decisions)
-        stats = self.store.compaction_stats(self.plan, rendered, ladder, staged, self.target)
-        stats["before_tokens"] = before.own_estimate
-        stats.update(
-            measurement_kind="provider_count",
-            measurement_source=after.source or before.source,
-            measured_before=before.count,
-            measured_after=after.count,
-            trigger=self.trigger,
-            policy_budget=self.plan.effective,
-            outcome=outcome,
-            count_calls=count_calls,
-        )
-        return stats
 
     def result(
         self,
         attempt: Attempt,
-        outcome: str,
+        outcome: Outcome,
         *,
         before: int | None,
         after: int | None,
         count_calls: int | None = None,
         envelope: Any = None,
     ) -> dict[str, Any]:
-        self.final_estimate = attempt.own_estimate
-        txn: RequestTransaction | None = self.txn
-        if not self.txn.has_changes:
-            self.txn.rollback()
-            txn = None
-        elif self.txn.state is not TxnState.READY:
-            self.txn.fire(TxnEvent.FINISH)
+        self.final = attempt.candidate
+        transaction: RequestTransaction | None = RequestTransaction(self.machine)
+        if not self.machine.has_changes:
+            self.machine.rollback()
+            transaction = None
+        seam = self.seam
         return {
             "base_view": attempt.view,
             "final_attempt": attempt.envelope if envelope is None else envelope,
             "outcome": outcome,
             "measured_before": before,
             "measured_after": after,
-            "policy_budget": self.plan.effective,
-            "trigger": self.trigger,
-            "target": self.target,
+            "policy_budget": seam.policy_budget,
+            "trigger": seam.trigger,
+            "target": seam.target,
             "count_calls": self.count_calls if count_calls is None else count_calls,
-            "transaction": txn,
+            "transaction": transaction,
         }
 
-    # -- the driver -------------------------------------------------------------------
-
     async def run(self) -> dict[str, Any]:
+        """The whole request, its return boundary included: anything that raises before
+        the result is returned rolls the transaction back."""
         try:
-            return await self._run()
+            result = await self._run()
+            await self.seam.close(self.final, result["measured_after"])
         except BaseException:
-            self.txn.rollback()
+            self.machine.rollback()
             raise
+        return result
 
     async def _run(self) -> dict[str, Any]:
-        initial = await self.count(self.plan.decisions)
-        if not initial.usable:
-            return await self._unavailable(initial)
+        initial = await self.count(self.seam.base)
         before = initial.count
-        assert before is not None
-        if before < self.trigger and not initial.oversize:
+        if before is None:
+            return await self._unavailable(initial)
+        if before < self.seam.trigger and not initial.oversize:
             return self.result(initial, "not_needed", before=before, after=before)
-        ladder = self.store.ladder_for(
-            self.plan, self.plan.decisions, target=-1, extra_protected=self.developers
-        )
-        ratio = before / initial.own_estimate if initial.own_estimate > 0 else 1.0
+        ratio = before / initial.candidate.estimate if initial.candidate.estimate > 0 else 1.0
         last = initial
-        staged = self.plan.decisions
+        staged = self.seam.base
         pending = False  # the staged candidate has not been counted
-        for rung in range(1, RUNG_COUNT + 1):
-            if not ladder.apply(rung):
+        for rung in self.seam.rungs:
+            candidate = self.seam.step(rung)
+            if candidate is None:
                 continue
-            staged = self.plan.decisions.merged(ladder)
-            self.txn.fire(TxnEvent.REDUCE)
-            self.txn.stage(staged)
+            staged = candidate
+            self.machine.stage(staged)
             pending = True
-            if self.skip_counts and rung < RUNG_COUNT:
-                _, own = self.candidate(staged)
-                if own * ratio > self.target * (1 + SKIP_MARGIN):
-                    continue  # predicted to stay above target: don't spend a round trip
+            predicted = staged.estimate * ratio
+            if (
+                self.seam.skip_counts
+                and rung < self.seam.rungs[-1]
+                and predicted > self.seam.target * (1 + SKIP_MARGIN)
+            ):
+                continue  # predicted to stay above target: don't spend a round trip
             last = await self.count(staged)
             pending = False
-            if not last.usable:
+            if last.count is None:
                 return self._recount_unavailable(initial)
-            assert last.count is not None
-            if last.own_estimate > 0:
-                ratio = last.count / last.own_estimate
-            if last.count <= self.target and not last.oversize:
-                return self._finish(ladder, staged, initial, last, "target_reached")
+            if staged.estimate > 0:
+                ratio = last.count / staged.estimate
+            if last.count <= self.seam.target and not last.oversize:
+                return self._finish(initial, last, "target_reached")
         if pending:  # the last changed rung was predicted above target; count it anyway
             last = await self.count(staged)
-            if not last.usable:
+            if last.count is None:
                 return self._recount_unavailable(initial)
-            assert last.count is not None
-            if last.count <= self.target and not last.oversize:
-                return self._finish(ladder, staged, initial, last, "target_reached")
+            if last.count <= self.seam.target and not last.oversize:
+                return self._finish(initial, last, "target_reached")
         if last.oversize:
-            return await self._fit(ladder, staged, initial, last)
-        if not self.txn.has_changes:
+            return await self._fit(initial, last)
+        if not self.machine.has_changes:
             return self.result(initial, "protected_floor", before=before, after=before)
-        return self._finish(ladder, staged, initial, last, "protected_floor")
+        return self._finish(initial, last, "protected_floor")
 
-    def _finish(
+    def _finish(self, initial: Attempt, last: Attempt, outcome: Outcome) -> dict[str, Any]:
+        final = self.seam.finalised(
+            last.candidate, **self._measured(initial, last.count, last, outcome)
+        )
+        self.machine.finish(final)
+        return self.result(
+            Attempt(final, last.envelope, last.decision),
+            outcome,
+            before=initial.count,
+            after=last.count,
+        )
+
+    def _measured(
         self,
-        ladder: Ladder,
-        staged: Decisions,
         initial: Attempt,
+        after: int | None,
         last: Attempt,
-        outcome: str,
+        outcome: Outcome,
+        count_calls: int | None = None,
     ) -> dict[str, Any]:
-        stats = self.staged_stats(ladder, staged, initial, last, outcome, self.count_calls)
-        self.txn.stage(replace(staged, stats=stats))
-        return self.result(last, outcome, before=initial.count, after=last.count)
+        source = last.decision.source if last.decision is not None else None
+        if source is None and initial.decision is not None:
+            source = initial.decision.source
+        return {
+            "measurement_kind": "provider_count",
+            "measurement_source": source,
+            "measured_before": initial.count,
+            "measured_after": after,
+            "outcome": outcome,
+            "count_calls": self.count_calls if count_calls is None else count_calls,
+        }
 
     def _recount_unavailable(self, initial: Attempt) -> dict[str, Any]:
         """A recount lost its measurement: keep nothing, fail closed if known oversize."""
-        self.txn.rollback()
-        if any(attempt.oversize for attempt in self.attempts):
-            raise ContextLengthError(
-                "Context cannot fit protected content: the provider recount became "
-                "unavailable after a request known to exceed the provider input limit."
+        self.machine.rollback()
+        oversize = [attempt for attempt in self.attempts if attempt.oversize]
+        if oversize:
+            decision = oversize[-1].decision
+            assert decision is not None
+            raise ProviderLimitError(
+                f"{CANNOT_FIT}: the provider recount became unavailable after a request known "
+                "to exceed the provider input limit.",
+                reason="recount_unavailable",
+                estimated=decision.estimated,
+                limit=decision.limit,
+                rung=self.seam.ladder.level,
             )
         return self.result(
             initial, "measurement_unavailable", before=initial.count, after=initial.count
         )
 
-    async def _fit(
-        self, ladder: Ladder, staged: Decisions, initial: Attempt, last: Attempt
-    ) -> dict[str, Any]:
+    async def _fit(self, initial: Attempt, last: Attempt) -> dict[str, Any]:
         """All rungs applied and still over the hard limit: offer ``fit_output`` once.
 
         When the orchestrator offers no ``fit_output``, or it finds no output reduction
         that fits, the protected floor is reduced instead (``_reduce_floor``).
         """
         if self.fit_output is None:
-            return await self._reduce_floor(ladder, initial, last)
-        self.txn.fire(TxnEvent.FIT)
-        fitted = await self.fit_output(last.view, last.envelope)
-        self.check_snapshot()
-        if fitted is None:
-            return await self._reduce_floor(ladder, initial, last)
-        try:
-            count, _, _, source, calls = read_fitted(fitted)
-        except ContextLengthError:  # the "fitted" request is still over the limit
-            return await self._reduce_floor(ladder, initial, last, fit_calls=_calls(fitted))
-        total_calls = self.count_calls + calls
-        if self.txn.has_changes:
-            fitted_attempt = replace(last, count=count, source=source)
-            stats = self.staged_stats(
-                ladder, staged, initial, fitted_attempt, "reduced_output", total_calls
+            return await self._reduce_floor(initial, last)
+        self.machine.fitting()
+        result = await self.fit_output(last.view, last.envelope)
+        if result is None:
+            self.machine.no_fit()
+            return await self._reduce_floor(initial, last)
+        fitted = read_fitted(result)
+        if fitted.decision.oversize:  # the "fitted" request is still over the limit
+            self.machine.no_fit()
+            return await self._reduce_floor(initial, last, fit_calls=fitted.calls)
+        total_calls = self.count_calls + fitted.calls
+        final = last.candidate
+        if self.seam.changed(final):
+            fitted_last = Attempt(final, result, fitted.decision)
+            final = self.seam.finalised(
+                final,
+                **self._measured(initial, fitted.count, fitted_last, "reduced_output", total_calls),
             )
-            self.txn.stage(replace(staged, stats=stats))
-        self.txn.fire(TxnEvent.FITTED)
+        self.machine.fitted(final)
         return self.result(
-            last,
+            Attempt(final, last.envelope, last.decision),
             "reduced_output",
             before=initial.count,
-            after=count,
+            after=fitted.count,
             count_calls=total_calls,
-            envelope=fitted,
+            envelope=result,
         )
 
     async def _reduce_floor(
-        self, ladder: Ladder, initial: Attempt, last: Attempt, *, fit_calls: int = 0
+        self, initial: Attempt, last: Attempt, *, fit_calls: int = 0
     ) -> dict[str, Any]:
         """Past the rungs and ``fit_output``: reduce the protected floor until a count fits.
 
@@ -401,125 +384,97 @@ class Negotiation:
         reduction is counted, at most ``FLOOR_COUNTS`` times.
 
         Raises:
-            ContextLengthError: only the irreducible content (system messages, first and
+            ProviderLimitError: only the irreducible content (system messages, first and
                 latest human prompt, retained reminders) is left and it is over the limit.
         """
         for _ in range(FLOOR_COUNTS):
-            assert last.estimated is not None and last.limit is not None
-            ratio = last.estimated / last.own_estimate if last.own_estimate > 0 else 1.0
-            limit = int(last.limit / max(ratio, 1e-9) * (1 - SKIP_MARGIN))
-            self.limit_ceiling = limit  # the notice must fit under the limit too
-            before = ladder.changes
-            self.store.reduce_floor(ladder, limit)
-            if ladder.changes == before:
+            decision = last.decision
+            assert decision is not None  # only an oversize (decided) attempt gets here
+            estimate = last.candidate.estimate
+            ratio = decision.estimated / estimate if estimate > 0 else 1.0
+            limit = int(decision.limit / max(ratio, 1e-9) * (1 - SKIP_MARGIN))
+            candidate = self.seam.reduce_floor(limit)
+            if candidate is None:
                 break
-            staged = self.plan.decisions.merged(ladder)
-            self.txn.fire(TxnEvent.REDUCE)
-            self.txn.stage(staged)
-            last = await self.count(staged)
-            if not last.usable:
+            self.machine.stage(candidate)
+            last = await self.count(candidate)
+            if last.count is None:
                 return self._recount_unavailable(initial)
             if not last.oversize:
                 self.count_calls += fit_calls
-                return self._finish(ladder, staged, initial, last, "protected_floor")
-        raise ContextLengthError(
-            f"{CANNOT_FIT[:-1]}: the request is still {last.estimated:,} > {last.limit:,} "
+                return self._finish(initial, last, "protected_floor")
+        decision = last.decision
+        assert decision is not None
+        raise ProviderLimitError(
+            f"{CANNOT_FIT}: the request is still {decision.estimated:,} > {decision.limit:,} "
             "input tokens after the protected floor was reduced to the system messages, the "
             "first and latest request and retained reminders; required content was not "
-            "discarded."
+            "discarded.",
+            reason="irreducible_over_limit",
+            estimated=decision.estimated,
+            limit=decision.limit,
+            rung=FLOOR_RUNG,
         )
 
     async def _unavailable(self, initial: Attempt) -> dict[str, Any]:
         """No usable first count: fall back to the estimate-driven ladder, then recount once."""
         if initial.oversize:
-            raise ContextLengthError(CANNOT_FIT)
-        plan = self.plan
-        store = self.store
-        estimate = initial.own_estimate
-        used = store.used_tokens(estimate)
-        should = plan.effective > 0 and used / plan.effective >= store.compact_threshold
-        if plan.retained and estimate > plan.effective:
-            should = True
-        if not should:  # (the caller awaited count_view just before: no checkpoint needed)
+            raise _unmeasured_oversize(initial, rung=0)
+        candidate = self.seam.fallback()
+        if candidate is None:  # (the caller awaited count_view just before: no checkpoint)
             return self.result(  # noqa: ASYNC910
                 initial, "measurement_unavailable", before=None, after=None
             )
-        ladder = store.ladder_for(
-            plan,
-            plan.decisions,
-            target=store.ordinary_target(plan),
-            extra_protected=self.developers,
-        )
-        ladder.climb()
-        if ladder.total > plan.budget:
-            store.reduce_floor(ladder, plan.budget)
-        if ladder.changes == 0:
-            return self.result(  # noqa: ASYNC910
-                initial, "measurement_unavailable", before=None, after=None
-            )
-        staged = plan.decisions.merged(ladder)
-        self.txn.fire(TxnEvent.REDUCE)
-        self.txn.stage(staged)
-        fallback = await self.count(staged)
+        self.machine.stage(candidate)
+        fallback = await self.count(candidate)
         if fallback.oversize:
-            raise ContextLengthError(CANNOT_FIT)
-        rendered = store.render(plan, plan.decisions)
-        stats = store.compaction_stats(plan, rendered, ladder, staged, ladder.target)
-        stats.update(
+            raise _unmeasured_oversize(fallback, rung=self.seam.ladder.level)
+        final = self.seam.finalised(
+            candidate,
             measurement_kind="estimate",
             measurement_source=None,
             measured_before=None,
             measured_after=fallback.count,
-            trigger=self.trigger,
-            policy_budget=plan.effective,
             outcome="measurement_unavailable",
             count_calls=self.count_calls,
         )
-        self.txn.stage(replace(staged, stats=stats))
-        return self.result(fallback, "measurement_unavailable", before=None, after=None)
+        self.machine.finish(final)
+        return self.result(
+            Attempt(final, fallback.envelope, fallback.decision),
+            "measurement_unavailable",
+            before=None,
+            after=None,
+        )
 
 
-async def negotiate(
-    store: SimpleContextManager,
-    *,
-    provider: Any,
-    retain_contents: Sequence[str],
-    count_view: CountView,
-    fit_output: FitOutput | None = None,
-) -> dict[str, Any]:
-    """Run the negotiated path; see ``SimpleContextManager.get_measured_request_view``."""
-    if store.token_meter != TOKEN_METER_ACTUAL:
-        raise RuntimeError("measured request views require token_meter='actual'")
+def _unmeasured_oversize(attempt: Attempt, *, rung: int) -> ProviderLimitError:
+    decision = attempt.decision
+    return ProviderLimitError(
+        f"{CANNOT_FIT}.",
+        reason="oversize_unmeasured",
+        estimated=None if decision is None else decision.estimated,
+        limit=None if decision is None else decision.limit,
+        rung=rung,
+    )
+
+
+def check_seams(count_view: object, fit_output: object) -> None:
+    """Reject seams that are not callable, before anything is planned.
+
+    Raises:
+        TypeError: ``count_view`` is not callable, or ``fit_output`` is neither callable
+            nor None.
+    """
     if not callable(count_view):
         raise TypeError("count_view must be an async callable")
     if fit_output is not None and not callable(fit_output):
         raise TypeError("fit_output must be an async callable or None")
-    if isinstance(retain_contents, str) or not all(isinstance(b, str) for b in retain_contents):
-        raise TypeError("retain_contents must be a list of strings")
-    plan = await store.plan_request(
-        token_budget=None,
-        provider=provider,
-        retain=tuple(dict.fromkeys(retain_contents)),
-        hard_fit=False,
-    )
-    negotiation = Negotiation(store, plan, count_view, fit_output)
-    result = await negotiation.run()
-    try:
-        await store.emit_budget(plan.provenance)
-    except BaseException:
-        transaction = result["transaction"]
-        if transaction is not None:
-            transaction.rollback()
-        raise
-    # The return boundary: nothing awaits after this, so a request that raised above
-    # leaves the meter stats of the last request that returned.
-    store.publish_measured(
-        negotiation.final_estimate,
-        plan.effective,
-        result["measured_after"],
-        synthesized=negotiation.synthesized,
-    )
-    return result
 
 
-__all__ = ("Attempt", "Negotiation", "negotiate", "read_decision", "read_fitted")
+async def negotiate(
+    seam: Negotiable, *, count_view: CountView, fit_output: FitOutput | None = None
+) -> dict[str, Any]:
+    """Run the negotiated path over one planned request; see
+    ``SimpleContextManager.get_measured_request_view``."""
+    check_seams(count_view, fit_output)
+    return await Negotiation(seam, count_view, fit_output).run()

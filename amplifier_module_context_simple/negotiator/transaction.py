@@ -1,36 +1,49 @@
-"""``RequestTransaction``: the state machine of one negotiated request.
+"""``RequestTransaction``: the state machine of one negotiated request, whole.
 
 Theory of operation
 -------------------
 A negotiation proposes candidate views to the orchestrator's provider count and reduces
-them rung by rung until one fits. Every decision it makes is *staged* here, inside the
-transaction, never in the store: readers outside the transaction (an ordinary request,
-another negotiation) see committed state only. The transaction becomes real only at
-``commit``, which applies the staged decisions in one synchronous step and then delivers
-``context:compaction``; ``rollback`` discards them.
+them rung by rung until one fits. Every candidate it keeps is *staged* here, inside the
+transaction, never in the store: readers outside it (an ordinary request, another
+negotiation) see committed state only. The transaction becomes real only at ``commit``,
+which applies the staged decisions in one synchronous step through the store's one
+commit primitive and then delivers ``context:compaction``; ``rollback`` discards them.
 
-::
+Everything about the machine is in this module, in one table. Each entry says, for a
+state and an event, the next state and the effects the transition performs, in order;
+``_Machine._fire`` is the only function that changes the state, and it performs exactly
+the effects of the entry it found::
 
-    STAGED --count--> COUNTING --record--> COUNTED --reduce--> STAGED
-       |                                      |  \\
-       |                                      |   fit--> FITTING --fitted--> READY
-       |                                      |            |
-       +<-------------------reduce (no fit: the protected floor is reduced)
-       +--finish--> READY <--------finish-----+
-    READY --commit--> COMMITTED
-    any non-terminal --rollback--> ROLLED_BACK
+    state      event     next         effects
+    STAGED     reduce    STAGED       stage the candidate (a rung applied, count skipped)
+    STAGED     count     COUNTING     -
+    STAGED     finish    READY        stage the final candidate (with its stats)
+    COUNTING   record    COUNTED      check the history was not replaced meanwhile
+    COUNTED    reduce    STAGED       stage the candidate
+    COUNTED    fit       FITTING      -
+    COUNTED    finish    READY        stage the final candidate
+    FITTING    fitted    READY        check the history; stage the final candidate
+    FITTING    no_fit    COUNTED      check the history (fit_output found no output cap)
+    READY      commit    COMMITTED    check the store's version; apply the staged decisions
+    live       rollback  ROLLED_BACK  discard
+    COMMITTED  commit    COMMITTED    - (idempotent: commit() answers True)
+    COMMITTED  rollback  COMMITTED    - (a committed request stays committed)
+    ROLLED_BACK commit   ROLLED_BACK  - (commit() answers False)
+    ROLLED_BACK rollback ROLLED_BACK  -
 
-Rule 1: everything that affects the states and their transitions lives in this module.
-Rule 2: an illegal event raises ``TransactionStateError`` naming the event and the state,
-*before* any effect, so the transaction and the store are unchanged.
-Rule 3: the machine is synchronous. The only awaits are in ``commit`` (one checkpoint
-before the commit step, then event delivery after it), never between the last
-cancellation check and the state change.
+Rule 1: legality has one source, the table. An event without an entry raises
+``TransactionStateError`` naming the event and the state, before any effect.
+Rule 2: an effect that fails ends the transaction ROLLED_BACK with nothing applied and
+raises ``TransactionConflictError`` (the history was replaced during a count or a fit:
+``conflict`` stays False; the store moved before the commit: ``conflict`` is True and
+``commit`` answers False instead of raising).
+Rule 3: the machine is synchronous. The only awaits are in ``commit``: one checkpoint
+before the cancellation check and the commit step, then event delivery after it (the
+commit stands once delivery starts, even if the caller is cancelled during it).
 
-Optimistic concurrency: the transaction remembers the store version it was staged on.
-If a ``set_messages``, ``clear`` or another commit moved the store before ``commit``, the
-commit applies nothing, the transaction ends ROLLED_BACK with ``conflict`` set, and
-``commit`` returns False (the orchestrator's "not committed: do not dispatch" answer).
+Orchestrators receive a ``RequestTransaction``: ``commit``, ``rollback``, and the
+read-only ``state``, ``conflict``, ``has_changes`` and ``stats``. The negotiation driver holds the machine itself (``_Machine``), which is
+not reachable from the handle.
 """
 
 from __future__ import annotations
@@ -44,8 +57,9 @@ import anyio.lowlevel
 from ..errors import TransactionConflictError, TransactionStateError
 
 if TYPE_CHECKING:
-    from ..context.decisions import Decisions
-    from ..context.manager import SimpleContextManager
+    from ..context.negotiable import Candidate, Negotiable
+
+__all__ = ("TRANSITIONS", "Effect", "RequestTransaction", "TxnEvent", "TxnState")
 
 
 class TxnState(enum.Enum):
@@ -77,163 +91,236 @@ class TxnEvent(enum.Enum):
     REDUCE = "reduce"
     FIT = "fit"
     FITTED = "fitted"
+    NO_FIT = "no_fit"
     FINISH = "finish"
     COMMIT = "commit"
     ROLLBACK = "rollback"
 
 
+class Effect(enum.Enum):
+    """What a transition does besides changing the state."""
+
+    STAGE = "stage the given candidate"
+    CHECK_HISTORY = "stop if the history was replaced since planning"
+    APPLY = "check the store's version, then apply the staged decisions"
+    DISCARD = "discard the staged decisions"
+
+
+S, E = TxnState, TxnEvent
+_ROLLBACK: Final = (S.ROLLED_BACK, (Effect.DISCARD,))
+
+TRANSITIONS: Final[Mapping[TxnState, Mapping[TxnEvent, tuple[TxnState, tuple[Effect, ...]]]]] = {
+    S.STAGED: {
+        E.REDUCE: (S.STAGED, (Effect.STAGE,)),
+        E.COUNT: (S.COUNTING, ()),
+        E.FINISH: (S.READY, (Effect.STAGE,)),
+        E.ROLLBACK: _ROLLBACK,
+    },
+    S.COUNTING: {
+        E.RECORD: (S.COUNTED, (Effect.CHECK_HISTORY,)),
+        E.ROLLBACK: _ROLLBACK,
+    },
+    S.COUNTED: {
+        E.REDUCE: (S.STAGED, (Effect.STAGE,)),
+        E.FIT: (S.FITTING, ()),
+        E.FINISH: (S.READY, (Effect.STAGE,)),
+        E.ROLLBACK: _ROLLBACK,
+    },
+    S.FITTING: {
+        E.FITTED: (S.READY, (Effect.CHECK_HISTORY, Effect.STAGE)),
+        E.NO_FIT: (S.COUNTED, (Effect.CHECK_HISTORY,)),
+        E.ROLLBACK: _ROLLBACK,
+    },
+    S.READY: {
+        E.COMMIT: (S.COMMITTED, (Effect.APPLY,)),
+        E.ROLLBACK: _ROLLBACK,
+    },
+    S.COMMITTED: {
+        E.COMMIT: (S.COMMITTED, ()),
+        E.ROLLBACK: (S.COMMITTED, ()),
+    },
+    S.ROLLED_BACK: {
+        E.COMMIT: (S.ROLLED_BACK, ()),
+        E.ROLLBACK: (S.ROLLED_BACK, ()),
+    },
+}
+del S, E
+
 TERMINAL: Final = frozenset({TxnState.COMMITTED, TxnState.ROLLED_BACK})
 
-_LIVE: Final = (TxnState.STAGED, TxnState.COUNTING, TxnState.COUNTED, TxnState.FITTING)
 
-TRANSITIONS: Final[Mapping[TxnState, Mapping[TxnEvent, TxnState]]] = {
-    TxnState.STAGED: {
-        TxnEvent.COUNT: TxnState.COUNTING,
-        TxnEvent.REDUCE: TxnState.STAGED,  # a rung applied without counting (skipped count)
-        TxnEvent.FINISH: TxnState.READY,
-        TxnEvent.ROLLBACK: TxnState.ROLLED_BACK,
-    },
-    TxnState.COUNTING: {
-        TxnEvent.RECORD: TxnState.COUNTED,
-        TxnEvent.ROLLBACK: TxnState.ROLLED_BACK,
-    },
-    TxnState.COUNTED: {
-        TxnEvent.REDUCE: TxnState.STAGED,
-        TxnEvent.FIT: TxnState.FITTING,
-        TxnEvent.FINISH: TxnState.READY,
-        TxnEvent.ROLLBACK: TxnState.ROLLED_BACK,
-    },
-    TxnState.FITTING: {
-        TxnEvent.FITTED: TxnState.READY,
-        # fit_output found no fit: the protected floor is reduced instead
-        TxnEvent.REDUCE: TxnState.STAGED,
-        TxnEvent.ROLLBACK: TxnState.ROLLED_BACK,
-    },
-    TxnState.READY: {
-        TxnEvent.COMMIT: TxnState.COMMITTED,
-        TxnEvent.ROLLBACK: TxnState.ROLLED_BACK,
-    },
-    TxnState.COMMITTED: {},
-    TxnState.ROLLED_BACK: {},
-}
+class _Machine:
+    """The transaction itself; the negotiation driver's internal API."""
 
+    __slots__ = ("_base", "_seam", "_staged", "_state", "conflict")
 
-class RequestTransaction:
-    """Staged compaction decisions of one negotiated request, and their fate.
-
-    Orchestrators use only ``commit`` and ``rollback``; the negotiation driver moves the
-    transaction through its states with ``fire`` and stages decisions with ``stage``.
-    """
-
-    def __init__(
-        self, store: SimpleContextManager, base: Decisions, version: tuple[int, int]
-    ) -> None:
-        self._store = store
+    def __init__(self, seam: Negotiable) -> None:
+        self._seam = seam
         self._state = TxnState.STAGED
-        self._version = version
-        self._base = base
-        self._staged = base
+        self._base = seam.committed
+        self._staged = self._base
         self.conflict = False
-        """True when the commit found the store moved since staging (nothing applied)."""
-
-    def __repr__(self) -> str:
-        return f"<RequestTransaction state={self._state.name} changed={self.has_changes}>"
-
-    # -- state --------------------------------------------------------------------
 
     @property
     def state(self) -> TxnState:
         return self._state
 
     @property
-    def is_terminal(self) -> bool:
-        return self._state in TERMINAL
-
-    @property
-    def staged(self) -> Decisions:
-        """The decisions this transaction would commit (the base when nothing changed)."""
+    def staged(self) -> Candidate:
         return self._staged
 
     @property
     def has_changes(self) -> bool:
         """Whether anything beyond the committed decisions is staged."""
-        return self._staged is not self._base
+        return self._seam.changed(self._staged)
 
-    @property
-    def stats(self) -> dict[str, Any] | None:
-        return self._staged.stats
-
-    def fire(self, event: TxnEvent) -> TxnState:
-        """Apply one event; raise ``TransactionStateError`` (changing nothing) if illegal."""
-        try:
-            new_state = TRANSITIONS[self._state][event]
-        except KeyError:
-            raise TransactionStateError(event.value, self._state.name) from None
-        self._state = new_state
-        return new_state
-
-    def stage(self, decisions: Decisions) -> None:
-        """Replace the staged decisions (only while the transaction is live)."""
-        if self._state not in _LIVE:
-            raise TransactionStateError("stage", self._state.name)
-        self._staged = decisions
-
-    # -- the orchestrator API ------------------------------------------------------------
-
-    def rollback(self) -> None:
-        """Discard everything staged. Synchronous; a no-op once terminal."""
-        if self._state not in TERMINAL:
-            self.fire(TxnEvent.ROLLBACK)
-            self._staged = self._base
-
-    def apply(self) -> None:
-        """Commit synchronously: check the version, apply, become COMMITTED.
+    def _fire(self, event: TxnEvent, candidate: Candidate | None = None) -> None:
+        """The transition function: look ``event`` up, perform its effects, move.
 
         Raises:
-            TransactionStateError: not READY (nothing changes).
-            TransactionConflictError: the store moved since staging; the transaction is
-                rolled back and nothing is applied.
+            TransactionStateError: ``event`` has no entry for the current state (nothing
+                changes).
+            TransactionConflictError: a check failed; the transaction is ROLLED_BACK.
         """
-        if TxnEvent.COMMIT not in TRANSITIONS[self._state]:
-            raise TransactionStateError(TxnEvent.COMMIT.value, self._state.name)
-        if self._store.version != self._version:
-            self.conflict = True
-            self.rollback()
-            raise TransactionConflictError(
-                "the context changed since this request was negotiated "
-                "(set_messages, clear or another commit); nothing was applied"
-            )
-        if self.has_changes:
-            self._store.apply_decisions(self._staged)
-        self.fire(TxnEvent.COMMIT)
+        entry = TRANSITIONS[self._state].get(event)
+        if entry is None:
+            raise TransactionStateError(event.value, self._state.name)
+        target, effects = entry
+        for effect in effects:
+            if effect is Effect.STAGE:
+                if candidate is None:
+                    raise TypeError(f"{event.value} needs the candidate to stage")
+                self._staged = candidate
+            elif effect is Effect.DISCARD:
+                self._staged = self._base
+            elif effect is Effect.CHECK_HISTORY:
+                if self._seam.history_replaced():
+                    self._end()
+                    raise TransactionConflictError(
+                        "the context history was replaced (set_messages or clear) while "
+                        "this request was being counted; nothing was applied"
+                    )
+            elif self.has_changes:  # Effect.APPLY
+                try:
+                    self._seam.commit(self._staged)
+                except TransactionConflictError:
+                    self.conflict = True
+                    self._end()
+                    raise
+        self._state = target
 
-    async def commit(self, *, is_cancelled: Callable[[], bool] | None = None) -> bool:
-        """Commit immediately before dispatch; return whether the decisions now stand.
+    def _end(self) -> None:
+        self._staged = self._base
+        self._state = TxnState.ROLLED_BACK
 
-        Returns False, with nothing applied, when the transaction was rolled back, when
-        ``is_cancelled()`` is true, or when the store changed since staging (conflict).
-        Returns True, idempotently, once committed. After the synchronous commit step,
-        ``context:compaction`` is delivered; the commit stands even if the caller is
-        cancelled during that delivery. A raising ``is_cancelled`` propagates and leaves
-        the transaction READY (the caller may still roll it back).
-        """
+    # -- the driver's API -------------------------------------------------------------
+
+    def stage(self, candidate: Candidate) -> None:
+        self._fire(TxnEvent.REDUCE, candidate)
+
+    def counting(self) -> None:
+        self._fire(TxnEvent.COUNT)
+
+    def counted(self) -> None:
+        self._fire(TxnEvent.RECORD)
+
+    def fitting(self) -> None:
+        self._fire(TxnEvent.FIT)
+
+    def fitted(self, candidate: Candidate) -> None:
+        self._fire(TxnEvent.FITTED, candidate)
+
+    def no_fit(self) -> None:
+        self._fire(TxnEvent.NO_FIT)
+
+    def finish(self, candidate: Candidate) -> None:
+        self._fire(TxnEvent.FINISH, candidate)
+
+    def rollback(self) -> None:
+        self._fire(TxnEvent.ROLLBACK)
+
+    async def commit(self, is_cancelled: Callable[[], bool] | None) -> bool:
         # The last checkpoint: from here to the commit step nothing awaits.
         await anyio.lowlevel.checkpoint()
-        if self._state is TxnState.COMMITTED:
-            return True
-        if self._state is TxnState.ROLLED_BACK:
-            return False
-        if self._state is not TxnState.READY:
-            raise TransactionStateError(TxnEvent.COMMIT.value, self._state.name)
-        if is_cancelled is not None and is_cancelled():
-            self.rollback()
+        if self._state in TERMINAL:
+            self._fire(TxnEvent.COMMIT)  # a table no-op
+            return self._state is TxnState.COMMITTED
+        if self._state is TxnState.READY and is_cancelled is not None and is_cancelled():
+            self._fire(TxnEvent.ROLLBACK)
             return False
         try:
-            self.apply()
+            self._fire(TxnEvent.COMMIT)
         except TransactionConflictError:
             return False
         # -- committed: delivery may be interrupted, the commit stands ---------------------
         stats = self._staged.stats
         if self.has_changes and stats is not None:
-            await self._store.deliver_compaction(stats)
+            await self._seam.deliver_compaction(stats)
         return True
+
+
+class RequestTransaction:
+    """What an orchestrator holds of a negotiated request: commit it or roll it back.
+
+    ``state`` and ``conflict`` are read-only; nothing here can move the transaction any
+    other way.
+    """
+
+    __slots__ = ("__machine",)
+
+    def __init__(self, machine: _Machine) -> None:
+        self.__machine = machine
+
+    @property
+    def state(self) -> TxnState:
+        """``READY`` until ``commit``/``rollback``; then ``COMMITTED`` or ``ROLLED_BACK``.
+
+        After a ``commit`` that was cancelled: ``COMMITTED`` means the decisions stand
+        (delivery had started; do not negotiate them again), ``READY`` means the commit
+        step was never reached (roll back, or commit again), ``ROLLED_BACK`` means nothing
+        was applied.
+        """
+        return self.__machine.state
+
+    @property
+    def conflict(self) -> bool:
+        """True when ``commit`` found the store changed since the request was planned."""
+        return self.__machine.conflict
+
+    @property
+    def stats(self) -> dict[str, Any] | None:
+        """The compaction stats the commit would make the store's (read-only by contract;
+        ``context:compaction`` delivers a copy)."""
+        return self.__machine.staged.stats
+
+    @property
+    def has_changes(self) -> bool:
+        """Whether committing would change the store's decisions."""
+        return self.__machine.has_changes
+
+    def __repr__(self) -> str:
+        machine = self.__machine
+        return (
+            f"<RequestTransaction state={machine.state.name} changes={machine.has_changes} "
+            f"conflict={machine.conflict}>"
+        )
+
+    async def commit(self, *, is_cancelled: Callable[[], bool] | None = None) -> bool:
+        """Commit immediately before dispatch; return whether the decisions now stand.
+
+        Returns False, with nothing applied, when the transaction was rolled back, when
+        ``is_cancelled()`` is true, or when the store changed since planning (``conflict``
+        is then True). Returns True, idempotently, once committed. After the synchronous
+        commit step, ``context:compaction`` is delivered; the commit stands even if the
+        caller is cancelled during that delivery. A raising ``is_cancelled`` propagates
+        and leaves the transaction READY (the caller may still roll it back).
+
+        Raises:
+            TransactionStateError: the negotiation has not finished (never the case for a
+                transaction returned by ``get_measured_request_view``).
+        """
+        return await self.__machine.commit(is_cancelled)
+
+    def rollback(self) -> None:
+        """Discard everything staged. Synchronous; a no-op once committed or rolled back."""
+        self.__machine.rollback()

@@ -15,7 +15,7 @@ import pytest
 
 from amplifier_module_context_simple import InvalidMessageError, SimpleContextManager
 from amplifier_module_context_simple.context import history as history_module
-from amplifier_module_context_simple.context import manager as manager_module
+from amplifier_module_context_simple.context import store as manager_module
 
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00$")
 

@@ -792,7 +792,8 @@ async def test_developer_messages_are_protected_in_the_fallback(anyio_backend: s
     assert result["outcome"] == "measurement_unavailable" and result["transaction"] is not None
     assert result["transaction"].has_changes
     assert all(any(m["role"] == "developer" for m in view) for view in script.views)
-    assert 1 not in result["transaction"].staged.removed
+    assert await result["transaction"].commit()
+    assert 1 not in context._removed_seqs
 
 
 class WindowProvider:

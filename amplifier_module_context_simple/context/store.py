@@ -1,4 +1,4 @@
-"""``SimpleContextManager``: the in-memory context store and its request policy.
+"""``ContextStore``: the in-memory context store and its request policy.
 
 The store keeps the canonical history (append-only between ``set_messages``/``clear``)
 and the committed sticky decisions. Every request builds a *view*: new message dicts,
@@ -21,7 +21,12 @@ from typing import Any, Final, Generic, Self, TypeVar
 
 import anyio.lowlevel
 
-from ..errors import RequiredContentTooLargeError, RetainedContentMissingError
+from ..errors import (
+    RequiredContentTooLargeError,
+    RetainedContentMissingError,
+    TokenMeterError,
+    TransactionConflictError,
+)
 from .budget import derive_budget
 from .compaction import Compactor, FloorMark
 from .config import TOKEN_METER_ACTUAL, ContextConfig
@@ -36,9 +41,19 @@ from .history import (
 from .ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip, cap_tool_result
 from .ladder import Ladder
 from .meter import TokenMeter
+from .negotiable import Negotiable, check_retain
 from .notice import notice_message, tail_is_safe
 from .plan import RequestPlan
 from .render import Rendered, Renderer
+
+__all__ = (
+    "BUDGET_EVENT",
+    "COMPACTION_EVENT",
+    "ContextStore",
+    "SystemPromptFactory",
+    "notice_reserve",
+)
+
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +62,7 @@ BUDGET_EVENT: Final = "context:budget"
 _MISSING: Final = object()
 
 T = TypeVar("T")
+CONFIG_KEYS: Final = frozenset(field.name for field in dataclasses.fields(ContextConfig))
 SystemPromptFactory = Callable[[], Awaitable[str]]
 
 
@@ -58,15 +74,17 @@ class _Setting(Generic[T]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, obj: SimpleContextManager | None, objtype: type | None = None) -> T:
+    def __get__(self, obj: ContextStore | None, objtype: type | None = None) -> T:
         if obj is None:
             raise AttributeError(self.name)
         value: T = getattr(obj._config, self.name)
         return value
 
-    def __set__(self, obj: SimpleContextManager, value: T) -> None:
-        changes: dict[str, Any] = {self.name: value}
-        obj._config = dataclasses.replace(obj._config, **changes)
+    def __set__(self, obj: ContextStore, value: T) -> None:
+        # Exactly the constructor's validation, lenient keys included.
+        obj._config = ContextConfig.from_mapping(
+            {**dataclasses.asdict(obj._config), self.name: value}
+        )
 
 
 def notice_reserve(configured: int, budget: int) -> int:
@@ -78,7 +96,7 @@ def notice_reserve(configured: int, budget: int) -> int:
     return min(configured, budget // 4)
 
 
-class SimpleContextManager:
+class ContextStore:
     """In-memory conversation context with view-only, transactional compaction.
 
     Constructor keywords are the configuration keys (see ``ContextConfig``) plus
@@ -103,45 +121,13 @@ class SimpleContextManager:
     max_tool_result_bytes = _Setting[int]()
     count_every_rung = _Setting[bool]()
 
-    def __init__(
-        self,
-        *,
-        max_tokens: int | None = None,
-        max_tokens_fallback: int = 200_000,
-        compact_threshold: float = 0.92,
-        target_usage: float = 0.50,
-        protected_recent: float = 0.30,
-        protected_tool_results: int = 5,
-        truncate_chars: int = 250,
-        compaction_notice_enabled: bool = True,
-        compaction_notice_token_reserve: int = 800,
-        compaction_notice_verbosity: str = "normal",
-        compaction_notice_min_level: int = 1,
-        output_reserve_fraction: float = 0.5,
-        token_meter: str = "estimate",
-        max_tool_result_bytes: int = 131_072,
-        count_every_rung: bool = False,
-        hooks: Any = None,
-    ) -> None:
-        self._config = ContextConfig.from_mapping(
-            {
-                "max_tokens": max_tokens,
-                "max_tokens_fallback": max_tokens_fallback,
-                "compact_threshold": compact_threshold,
-                "target_usage": target_usage,
-                "protected_recent": protected_recent,
-                "protected_tool_results": protected_tool_results,
-                "truncate_chars": truncate_chars,
-                "compaction_notice_enabled": compaction_notice_enabled,
-                "compaction_notice_token_reserve": compaction_notice_token_reserve,
-                "compaction_notice_verbosity": compaction_notice_verbosity,
-                "compaction_notice_min_level": compaction_notice_min_level,
-                "output_reserve_fraction": output_reserve_fraction,
-                "token_meter": token_meter,
-                "max_tool_result_bytes": max_tool_result_bytes,
-                "count_every_rung": count_every_rung,
-            }
-        )
+    def __init__(self, *, hooks: Any = None, **config: Any) -> None:
+        # The defaults live in ``ContextConfig`` alone; unknown keywords are a caller's
+        # typo (the mount config, by contrast, warns and ignores them).
+        unknown = sorted(set(config) - CONFIG_KEYS)
+        if unknown:
+            raise TypeError(f"unknown configuration keyword(s): {', '.join(unknown)}")
+        self._config = ContextConfig.from_mapping(config)
         self.hooks = hooks
         self._history = History()
         self._epoch = 0
@@ -356,14 +342,14 @@ class SimpleContextManager:
         retain: tuple[str, ...],
         hard_fit: bool,
     ) -> list[dict[str, Any]]:
-        plan = await self.plan_request(
+        plan = await self._plan_request(
             token_budget=token_budget, provider=provider, retain=retain, hard_fit=hard_fit
         )
         # From here to the commit there is no await: the request is one synchronous step.
-        rendered = self.render(plan, plan.decisions)
-        self.check_required_floor(plan, rendered)
+        rendered = self._render(plan, plan.decisions)
+        self._check_required_floor(plan, rendered)
         estimated = rendered.tokens
-        used = self.used_tokens(estimated)
+        used = self._used_tokens(estimated)
         staged: Decisions | None = None
         should = plan.effective > 0 and used / plan.effective >= self._config.compact_threshold
         if (plan.retained or hard_fit) and estimated > plan.effective:
@@ -372,35 +358,35 @@ class SimpleContextManager:
         if should:
             staged, floor = self._compactor.compact(self._history, plan, rendered)
         decisions = staged if staged is not None else plan.decisions
-        view = self.render(plan, decisions) if staged is not None else rendered
+        view = self._render(plan, decisions) if staged is not None else rendered
         # The notice is part of the view: it must fit the budget and may not make a
         # compacted view larger than the view the compaction started from.
-        ceiling = self.notice_ceiling(plan, rendered)
+        ceiling = self._notice_ceiling(plan, rendered)
         if staged is not None:
             # ... nor larger than the view it started from, with that view's own notice
-            _, before_notice = self.with_notice(
+            _, before_notice = self._with_notice(
                 list(rendered.messages), plan.decisions, room=ceiling - rendered.tokens
             )
             ceiling = min(ceiling, rendered.tokens + before_notice)
-        messages, notice_tokens = self.with_notice(
+        messages, notice_tokens = self._with_notice(
             view.messages, decisions, room=ceiling - view.tokens
         )
         if plan.retained or hard_fit:
-            self.check_final_fit(plan, view.tokens + notice_tokens)
+            self._check_final_fit(plan, view.tokens + notice_tokens)
         new_stats = staged is not None and staged.stats is not plan.decisions.stats
         # -- commit boundary: the request stands once its first event delivery starts ------
         if staged is not None:
-            self.apply_decisions(staged)
+            self._commit(staged, plan.version)
         self._compactor.floor = floor
         self._publish_meter(estimated, plan.effective, synthesized=view.synthesized)
         if new_stats and staged is not None and staged.stats is not None:
             await self._emit(COMPACTION_EVENT, dict(staged.stats))
-        await self.emit_budget(plan.provenance)
+        await self._emit_budget(plan.provenance)
         return messages
 
     # -- request building blocks (also used by the negotiator) ---------------------------
 
-    async def plan_request(
+    async def _plan_request(
         self,
         *,
         token_budget: int | None,
@@ -434,7 +420,7 @@ class SimpleContextManager:
                     f"system prompt factory returned {type(text).__name__}, expected str"
                 )
             factory_text = text
-        protected = self.request_protected(retain)
+        protected = self._request_protected(retain)
         return RequestPlan(
             provenance=provenance,
             budget=budget,
@@ -442,13 +428,14 @@ class SimpleContextManager:
             factory_text=factory_text,
             length=len(self._history),
             epoch=self._epoch,
+            version=self.version,
             decisions=self._decisions,
             protected=protected,
             retained=bool(retain),
             hard_fit=hard_fit,
         )
 
-    def request_protected(self, retain: Sequence[str]) -> frozenset[int]:
+    def _request_protected(self, retain: Sequence[str]) -> frozenset[int]:
         """Seqs every view of this request keeps complete: first/latest human, reminders."""
         history = self._history
         protected = {seq for seq in (history.first_human, history.last_human) if seq is not None}
@@ -462,7 +449,7 @@ class SimpleContextManager:
             protected.add(seq)
         return frozenset(protected)
 
-    def render(self, plan: RequestPlan, decisions: Decisions) -> Rendered:
+    def _render(self, plan: RequestPlan, decisions: Decisions) -> Rendered:
         """The view for ``plan`` under ``decisions`` (copies; system messages first)."""
         return self._renderer.render(
             self._history,
@@ -473,11 +460,11 @@ class SimpleContextManager:
             factory_text=plan.factory_text,
         )
 
-    def check_required_floor(self, plan: RequestPlan, rendered: Rendered) -> None:
+    def _check_required_floor(self, plan: RequestPlan, rendered: Rendered) -> None:
         """Fail closed before compaction when required content alone cannot fit."""
         if not (plan.retained or plan.hard_fit):
             return
-        required = self.irreducible_tokens(plan, rendered)
+        required = self._irreducible_tokens(plan, rendered)
         if required > plan.budget:
             raise RequiredContentTooLargeError(
                 "Context cannot fit the current injections and protected conversation "
@@ -488,20 +475,20 @@ class SimpleContextManager:
                 required=required,
             )
 
-    def notice_ceiling(self, plan: RequestPlan, rendered: Rendered) -> int:
+    def _notice_ceiling(self, plan: RequestPlan, rendered: Rendered) -> int:
         """The most a view with its notice may weigh: the budget, and never more than the
         view of the same history with no compaction at all."""
         uncompacted = rendered.system_tokens + self._history.uncompacted_body_tokens(plan.length)
         return min(plan.budget, uncompacted)
 
-    def irreducible_tokens(self, plan: RequestPlan, rendered: Rendered) -> int:
+    def _irreducible_tokens(self, plan: RequestPlan, rendered: Rendered) -> int:
         """Tokens of what no reduction touches: system messages and request-protected ones."""
         entries = self._history.entries
         return rendered.system_tokens + sum(
             entries[seq].tokens for seq in plan.protected if seq < plan.length
         )
 
-    def check_final_fit(self, plan: RequestPlan, total: int) -> None:
+    def _check_final_fit(self, plan: RequestPlan, total: int) -> None:
         """Fail closed when the final, notice-inclusive view exceeds the whole budget."""
         if total > plan.budget:
             raise RequiredContentTooLargeError(
@@ -513,7 +500,7 @@ class SimpleContextManager:
                 required=total,
             )
 
-    def with_notice(
+    def _with_notice(
         self, messages: list[dict[str, Any]], decisions: Decisions, *, room: int
     ) -> tuple[list[dict[str, Any]], int]:
         """``messages`` plus the tail compaction notice when one applies and fits ``room``.
@@ -539,25 +526,17 @@ class SimpleContextManager:
                 return messages, tokens
         return messages, 0
 
-    def used_tokens(self, estimated: int) -> int:
+    def _used_tokens(self, estimated: int) -> int:
         """The figure the trigger compares: the meter's reading in actual mode, if any."""
         measured = self._meter.measured
         if self._config.token_meter == TOKEN_METER_ACTUAL and measured is not None:
             return measured
         return estimated
 
-    def developer_seqs(self, plan: RequestPlan) -> frozenset[int]:
+    def _developer_seqs(self, plan: RequestPlan) -> frozenset[int]:
         """Seqs of developer messages (protected on the negotiated path only)."""
         entries = self._history.entries
         return frozenset(e.seq for e in entries[: plan.length] if e.info.is_developer)
-
-    def publish_measured(
-        self, estimated: int, budget: int, measured: int | None, *, synthesized: int = 0
-    ) -> None:
-        """Refresh the meter stats at the return boundary of a negotiated request."""
-        self._publish_meter(estimated, budget, synthesized=synthesized)
-        assert self._last_token_meter_stats is not None
-        self._last_token_meter_stats["provider_count"] = measured
 
     def _publish_meter(self, estimated: int, budget: int, *, synthesized: int = 0) -> None:
         self._last_effective_budget = budget
@@ -572,7 +551,7 @@ class SimpleContextManager:
 
     # -- compaction (see ``Compactor``) -----------------------------------------------------
 
-    def ladder_for(
+    def _ladder_for(
         self,
         plan: RequestPlan,
         decisions: Decisions,
@@ -585,71 +564,65 @@ class SimpleContextManager:
             self._history, plan, decisions, target=target, extra_protected=extra_protected
         )
 
-    def reduce_floor(self, ladder: Ladder, limit: int) -> None:
+    def _reduce_floor(self, ladder: Ladder, limit: int) -> None:
         """Reduce the protected floor of ``ladder`` to ``limit`` (see ``Ladder.reduce_floor``),
         leaving room for the minimal notice."""
         self._compactor.reduce_floor(ladder, limit - self._compactor.notice_allowance(limit))
 
-    def ordinary_target(self, plan: RequestPlan) -> int:
+    def _ordinary_target(self, plan: RequestPlan) -> int:
         """The target of an ordinary request: the whole budget for hard fit."""
         return self._compactor.target(plan)
-
-    def compaction_stats(
-        self, plan: RequestPlan, before: Rendered, ladder: Ladder, staged: Decisions, target: int
-    ) -> dict[str, Any]:
-        return self._compactor.stats(plan, before, ladder, staged, target)
 
     @property
     def _floor(self) -> FloorMark | None:
         return self._compactor.floor
 
-    def apply_decisions(self, decisions: Decisions) -> None:
-        """Commit ``decisions`` (synchronous; the caller checked the version)."""
+    def _commit(self, decisions: Decisions, version: tuple[int, int]) -> None:
+        """The one place decisions become the store's: check ``version``, then swap.
+
+        Synchronous. Every path commits through here (the ordinary path at its commit
+        boundary, a negotiated request through its transaction).
+
+        Raises:
+            TransactionConflictError: the store moved since ``version`` was read
+                (another commit, ``set_messages``, ``clear``); nothing is applied.
+        """
+        if self.version != version:
+            raise TransactionConflictError(
+                "the context changed since this request was planned (set_messages, clear "
+                "or another commit); nothing was applied"
+            )
         self._decisions = decisions
         self._commit_version += 1
 
-    # -- the negotiated path --------------------------------------------------------------
+    # -- the negotiated path ----------------------------------------------------------------
 
-    async def get_measured_request_view(
-        self,
-        *,
-        provider: Any,
-        retain_contents: Sequence[str],
-        count_view: Callable[[list[dict[str, Any]]], Awaitable[Any]],
-        fit_output: Callable[[list[dict[str, Any]], Any], Awaitable[Any]] | None = None,
-    ) -> dict[str, Any]:
-        """Capability ``context.measured_request_view`` (``token_meter: "actual"`` only).
-
-        The orchestrator's ``count_view(view)`` builds and counts the complete request and
-        returns ``{"dispatch", "budget_decision"}``. Returns the result envelope
-        ``{base_view, final_attempt, outcome, measured_before, measured_after,
-        policy_budget, trigger, target, count_calls, transaction}``; ``outcome`` is one of
-        ``not_needed | target_reached | protected_floor | reduced_output |
-        measurement_unavailable``. Commit the ``transaction`` (when not None) immediately
-        before dispatch, or roll it back.
+    async def open_negotiation(self, provider: Any, retain_contents: Sequence[str]) -> Negotiable:
+        """Plan one negotiated request and hand out its seam (see ``negotiable.py``).
 
         Raises:
-            RuntimeError: the manager is not in ``token_meter: "actual"`` mode.
-            CountContractError: ``count_view``/``fit_output`` returned a malformed envelope.
-            ContextLengthError: the request cannot fit; nothing staged is kept.
+            TokenMeterError: the store is not in ``token_meter: "actual"`` mode.
+            TypeError: ``retain_contents`` is not a list of strings.
+            RetainedContentMissingError: a retained body is not in the admitted history.
         """
-        from ..negotiator.driver import negotiate
-
-        return await negotiate(
-            self,
-            provider=provider,
-            retain_contents=retain_contents,
-            count_view=count_view,
-            fit_output=fit_output,
+        if self.token_meter != TOKEN_METER_ACTUAL:
+            raise TokenMeterError(
+                f"measured request views require token_meter='actual' (this store has "
+                f"{self.token_meter!r})"
+            )
+        retain = check_retain(retain_contents)
+        plan = await self._plan_request(
+            token_budget=None, provider=provider, retain=retain, hard_fit=False
         )
+        return Negotiable(self, plan)
 
     # -- events -----------------------------------------------------------------------------
 
-    async def deliver_compaction(self, stats: dict[str, Any]) -> None:
+    async def _deliver_compaction(self, stats: dict[str, Any]) -> None:
         """Deliver ``context:compaction`` for a committed decision (a copy of its stats)."""
         await self._emit(COMPACTION_EVENT, dict(stats))
 
-    async def emit_budget(self, provenance: dict[str, Any]) -> None:
+    async def _emit_budget(self, provenance: dict[str, Any]) -> None:
         """Emit ``context:budget`` when the provenance differs from the last one emitted.
 
         Delivery helpers add no checkpoint of their own: they run after a commit, where a

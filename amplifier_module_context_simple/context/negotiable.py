@@ -1,0 +1,204 @@
+"""The seam between the store and the negotiator: one planned request, handed out whole.
+
+A negotiated request needs, from the store: the candidate views of one planned request,
+rung by rung, with our estimate of each; the compaction stats of the one it keeps; a
+way to commit it; and the request's return boundary (budget event, meter stats). A
+``Negotiable`` is exactly that, built by the store for one request and used once. The
+negotiator (``negotiator/``) sees views, estimates and ``Candidate`` values, never the
+store, its history, its ladder or a message's internals; ``context`` does not import
+``negotiator`` at all (the package's ``manager.py`` composes the two).
+
+Nothing here awaits except ``plan`` (the store's system-prompt factory) and the two
+deliveries (``deliver_compaction``, ``close``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from .decisions import Decisions
+from .ladder import RUNG_COUNT, Ladder
+from .plan import RequestPlan
+
+if TYPE_CHECKING:
+    from .store import ContextStore
+
+__all__ = ("Candidate", "Negotiable")
+
+RUNGS: Final = range(1, RUNG_COUNT + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One candidate view of a negotiated request (opaque to the negotiator but for these
+    fields)."""
+
+    view: list[dict[str, Any]]
+    """The complete, notice-inclusive view (new dicts every time)."""
+    estimate: int
+    """Our estimate of ``view``."""
+    decisions: Decisions
+    synthesized: int
+    """Unanswered calls the view answers with synthesized results."""
+
+    @property
+    def stats(self) -> dict[str, Any] | None:
+        """The ``context:compaction`` payload this candidate carries, once finalised."""
+        return self.decisions.stats
+
+
+class Negotiable:
+    """One planned negotiated request: candidates, stats, commit and return boundary."""
+
+    rungs: Final = RUNGS
+
+    def __init__(self, store: ContextStore, plan: RequestPlan) -> None:
+        self._store = store
+        self._plan = plan
+        config = store.config
+        self.trigger: float = plan.effective * config.compact_threshold
+        """Counts at or above this compact."""
+        self.target: int = int(plan.effective * config.target_usage)
+        self.policy_budget: int = plan.effective
+        self.skip_counts: bool = not config.count_every_rung
+        self._developers = store._developer_seqs(plan)
+        self._ladder: Ladder | None = None
+        self._stats_target = self.target
+        self._base_tokens = 0
+        self._limit = plan.budget
+        self.base = self._candidate(plan.decisions)
+        """The view under the committed decisions (what the negotiation starts from)."""
+
+    # -- candidates ----------------------------------------------------------------
+
+    def _candidate(self, decisions: Decisions) -> Candidate:
+        """The notice-inclusive view under ``decisions``: the notice must fit the policy
+        budget (and, while the floor is reduced, the provider's limit) and may not make a
+        reduced candidate larger than the view the negotiation started from."""
+        store, plan = self._store, self._plan
+        rendered = store._render(plan, decisions)
+        ceiling = min(store._notice_ceiling(plan, rendered), self._limit)
+        if decisions is not plan.decisions:
+            ceiling = min(ceiling, self._base_tokens)
+        view, notice = store._with_notice(
+            rendered.messages, decisions, room=ceiling - rendered.tokens
+        )
+        if decisions is plan.decisions:
+            self._base_tokens = rendered.tokens + notice
+        return Candidate(view, rendered.tokens + notice, decisions, rendered.synthesized)
+
+    def changed(self, candidate: Candidate) -> bool:
+        """Whether ``candidate`` differs from the committed decisions."""
+        return candidate.decisions is not self._plan.decisions
+
+    @property
+    def ladder(self) -> Ladder:
+        if self._ladder is None:
+            self._ladder = self._store._ladder_for(
+                self._plan, self._plan.decisions, target=-1, extra_protected=self._developers
+            )
+        return self._ladder
+
+    def step(self, rung: int) -> Candidate | None:
+        """Apply one rung to the working ladder; the new candidate, or None if unchanged."""
+        if not self.ladder.apply(rung):
+            return None
+        return self._candidate(self._plan.decisions.merged(self.ladder))
+
+    def reduce_floor(self, limit: int) -> Candidate | None:
+        """Reduce the protected floor below ``limit`` (our estimate's units); the notice
+        must fit under it too. The new candidate, or None when nothing is left to reduce."""
+        ladder = self.ladder
+        before = ladder.changes
+        self._limit = limit
+        self._store._reduce_floor(ladder, limit)
+        if ladder.changes == before:
+            return None
+        return self._candidate(self._plan.decisions.merged(ladder))
+
+    def fallback(self) -> Candidate | None:
+        """No usable first count: the estimate-driven ladder, as an ordinary request would
+        climb it. The candidate, or None when the estimate needs no compaction."""
+        store, plan = self._store, self._plan
+        estimate = self.base.estimate
+        used = store._used_tokens(estimate)
+        should = plan.effective > 0 and used / plan.effective >= store.compact_threshold
+        if plan.retained and estimate > plan.effective:
+            should = True
+        if not should:
+            return None
+        ladder = store._ladder_for(
+            plan,
+            plan.decisions,
+            target=store._ordinary_target(plan),
+            extra_protected=self._developers,
+        )
+        ladder.climb()
+        if ladder.total > plan.budget:
+            store._reduce_floor(ladder, plan.budget)
+        if ladder.changes == 0:
+            return None
+        self._ladder = ladder
+        self._stats_target = store._ordinary_target(plan)
+        return self._candidate(plan.decisions.merged(ladder))
+
+    def finalised(self, candidate: Candidate, **measurement: Any) -> Candidate:
+        """``candidate`` with its ``context:compaction`` stats: the stats of the ladder
+        that produced it, plus ``measurement`` (outcome, counts, sources)."""
+        store, plan = self._store, self._plan
+        rendered = store._render(plan, plan.decisions)
+        stats = store._compactor.stats(
+            plan, rendered, self.ladder, candidate.decisions, self._stats_target
+        )
+        stats["before_tokens"] = self.base.estimate
+        stats.update(trigger=self.trigger, policy_budget=plan.effective, **measurement)
+        decisions = dataclasses.replace(candidate.decisions, stats=stats)
+        return dataclasses.replace(candidate, decisions=decisions)
+
+    # -- the transaction's seam -----------------------------------------------------
+
+    @property
+    def committed(self) -> Candidate:
+        return self.base
+
+    def history_replaced(self) -> bool:
+        """Whether ``set_messages``/``clear`` replaced the history since planning (an
+        append does not: the planned prefix is unchanged)."""
+        return self._store._epoch != self._plan.epoch
+
+    def commit(self, candidate: Candidate) -> None:
+        """Make ``candidate``'s decisions the store's (synchronous).
+
+        Raises:
+            TransactionConflictError: the store moved (another commit, ``set_messages``,
+                ``clear``) since planning; nothing is applied.
+        """
+        self._store._commit(candidate.decisions, self._plan.version)
+
+    async def deliver_compaction(self, stats: dict[str, Any]) -> None:
+        await self._store._deliver_compaction(stats)
+
+    # -- the return boundary --------------------------------------------------------
+
+    async def close(self, final: Candidate, measured: int | None) -> None:
+        """Emit ``context:budget`` (on change), then refresh the meter stats.
+
+        A delivery that raises leaves no trace: the meter stats stay those of the last
+        request that returned and the budget is emitted again by the next request.
+        """
+        await self._store._emit_budget(self._plan.provenance)
+        self._store._publish_meter(
+            final.estimate, self._plan.effective, synthesized=final.synthesized
+        )
+        assert self._store._last_token_meter_stats is not None
+        self._store._last_token_meter_stats["provider_count"] = measured
+
+
+def check_retain(retain_contents: Sequence[str]) -> tuple[str, ...]:
+    """Validate ``retain_contents`` (a list of strings) and drop repeats, keeping order."""
+    if isinstance(retain_contents, str) or not all(isinstance(b, str) for b in retain_contents):
+        raise TypeError("retain_contents must be a list of strings")
+    return tuple(dict.fromkeys(retain_contents))

@@ -1,0 +1,284 @@
+"""The public surface, pinned; the two parts' import graph; one test per typed error.
+
+A change here is a change of the module's contract with orchestrators: make it on
+purpose, and say so in the README.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import amplifier_module_context_simple as package
+from amplifier_module_context_simple import (
+    ContextLengthError,
+    CountContractError,
+    InvalidMessageError,
+    ProviderLimitError,
+    RequestTransaction,
+    RequiredContentTooLargeError,
+    RetainedContentMissingError,
+    SimpleContextManager,
+    TokenMeterError,
+    TransactionConflictError,
+    TransactionStateError,
+    TxnState,
+)
+
+PACKAGE_DIR = Path(package.__file__).parent
+
+PUBLIC = {
+    "DEFAULT_MAX_TOKENS_FALLBACK",
+    "DEFAULT_MAX_TOOL_RESULT_BYTES",
+    "TOKEN_METER_ACTUAL",
+    "TOKEN_METER_ESTIMATE",
+    "ContextConfig",
+    "ContextLengthError",
+    "CountContractError",
+    "InvalidMessageError",
+    "ProviderLimitError",
+    "RequestTransaction",
+    "RequiredContentTooLargeError",
+    "RetainedContentMissingError",
+    "SimpleContextManager",
+    "TokenMeterError",
+    "TransactionConflictError",
+    "TransactionStateError",
+    "TxnState",
+    "_validated_max_tokens",
+    "mount",
+}
+
+# CONTRACT 3.2, plus the configuration attributes and the read-only observability ones.
+MANAGER_SURFACE = {
+    "add_message",
+    "get_messages",
+    "set_messages",
+    "clear",
+    "get_messages_for_request",
+    "get_messages_for_request_retaining",
+    "get_measured_request_view",
+    "claim_foreground_usage",
+    "set_system_prompt_factory",
+    "should_compact",
+    "compact",
+    "from_config",
+    "config",
+    "messages",
+    "version",
+    "last_compaction_stats",
+    "last_token_meter_stats",
+    "open_negotiation",
+    # configuration attributes (each validates as the constructor does)
+    "max_tokens",
+    "max_tokens_fallback",
+    "compact_threshold",
+    "target_usage",
+    "protected_recent",
+    "protected_tool_results",
+    "truncate_chars",
+    "compaction_notice_enabled",
+    "compaction_notice_token_reserve",
+    "compaction_notice_verbosity",
+    "compaction_notice_min_level",
+    "output_reserve_fraction",
+    "token_meter",
+    "max_tool_result_bytes",
+    "count_every_rung",
+}
+
+HANDLE_SURFACE = {"commit", "rollback", "state", "conflict", "has_changes", "stats"}
+
+
+def public_names(obj: object) -> set[str]:
+    return {name for name in dir(obj) if not name.startswith("_")}
+
+
+def test_the_package_exports_exactly_its_public_surface() -> None:
+    assert set(package.__all__) == PUBLIC
+    for name in PUBLIC:
+        assert hasattr(package, name), name
+
+
+def test_every_module_declares_its_public_names() -> None:
+    """Every module has an explicit ``__all__`` (or is private), and each name it lists
+    exists."""
+    for info in pkgutil.walk_packages([str(PACKAGE_DIR)], prefix=f"{package.__name__}."):
+        if info.name.rsplit(".", 1)[-1].startswith("_"):
+            continue
+        module = importlib.import_module(info.name)
+        assert hasattr(module, "__all__"), f"{info.name} has no __all__"
+        for name in module.__all__:
+            assert hasattr(module, name), f"{info.name}.__all__ lists missing {name!r}"
+
+
+def test_the_manager_surface_is_the_contract() -> None:
+    """What an orchestrator can call on the manager: CONTRACT 3.2 and the configuration,
+    nothing that exists only for the negotiator (it uses the seam instead)."""
+    assert public_names(SimpleContextManager) == MANAGER_SURFACE
+
+
+def test_the_transaction_handle_cannot_move_the_machine() -> None:
+    assert public_names(RequestTransaction) == HANDLE_SURFACE
+    assert RequestTransaction.__slots__ == ("__machine",)
+
+
+# -- the import graph ---------------------------------------------------------------------
+
+
+def imports_of(path: Path) -> set[str]:
+    """Absolute module names ``path`` imports (relative imports resolved)."""
+    relative_to = path.relative_to(PACKAGE_DIR.parent).with_suffix("")
+    package_parts = list(relative_to.parts[:-1])
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package_parts[: len(package_parts) - node.level + 1] if node.level else []
+            module = ".".join([*base, node.module] if node.module else base)
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_context_never_imports_the_negotiator() -> None:
+    for path in (PACKAGE_DIR / "context").glob("*.py"):
+        bad = {name for name in imports_of(path) if ".negotiator" in name}
+        assert not bad, f"{path.name} imports {bad}"
+
+
+def test_the_driver_reaches_context_only_through_the_seam() -> None:
+    for name in ("driver.py", "transaction.py"):
+        imported = imports_of(PACKAGE_DIR / "negotiator" / name)
+        from_context = {i for i in imported if ".context." in i or i.endswith(".context")}
+        modules = {i.split(".context.", 1)[1].split(".")[0] for i in from_context}
+        assert modules <= {"negotiable"}, f"{name} imports context modules {modules}"
+
+
+# -- one test per typed error ----------------------------------------------------------
+
+
+def run(coroutine: Any) -> Any:
+    async def main() -> Any:
+        return await coroutine
+
+    return anyio.run(main)
+
+
+def test_invalid_message_error() -> None:
+    with pytest.raises(InvalidMessageError) as raised:
+        run(SimpleContextManager().add_message({"role": 3}))
+    assert isinstance(raised.value, ValueError) and "role" in str(raised.value)
+
+
+def test_retained_content_missing_error() -> None:
+    async def scenario() -> None:
+        manager = SimpleContextManager()
+        await manager.add_message({"role": "user", "content": "hi"})
+        await manager.get_messages_for_request_retaining(retain_contents=["absent"])
+
+    with pytest.raises(RetainedContentMissingError) as raised:
+        run(scenario())
+    assert isinstance(raised.value, ContextLengthError) and isinstance(raised.value, ValueError)
+
+
+def test_required_content_too_large_error() -> None:
+    async def scenario() -> None:
+        manager = SimpleContextManager()
+        await manager.add_message({"role": "user", "content": "word " * 4000})
+        await manager.get_messages_for_request_retaining(
+            retain_contents=[], token_budget=100, hard_fit=True
+        )
+
+    with pytest.raises(RequiredContentTooLargeError) as raised:
+        run(scenario())
+    assert raised.value.budget == 100 and raised.value.required > 100
+
+
+def test_token_meter_error() -> None:
+    async def count(view: list[dict[str, Any]]) -> Any:
+        return {"dispatch": view, "budget_decision": None}
+
+    with pytest.raises(TokenMeterError) as raised:
+        run(
+            SimpleContextManager().get_measured_request_view(
+                provider=None, retain_contents=[], count_view=count
+            )
+        )
+    assert isinstance(raised.value, RuntimeError)
+
+
+def test_count_contract_error() -> None:
+    async def count(view: list[dict[str, Any]]) -> Any:
+        return {"no": "dispatch"}
+
+    manager = SimpleContextManager(token_meter="actual")
+    with pytest.raises(CountContractError) as raised:
+        run(manager.get_measured_request_view(provider=None, retain_contents=[], count_view=count))
+    assert isinstance(raised.value, TypeError)
+
+
+def test_provider_limit_error_carries_its_figures() -> None:
+    async def count(view: list[dict[str, Any]]) -> Any:
+        decision = {"estimated_input_tokens": 5000, "input_limit_tokens": 100}
+        return {"dispatch": view, "budget_decision": decision}  # unmeasured, oversize
+
+    async def scenario() -> None:
+        manager = SimpleContextManager(token_meter="actual")
+        await manager.add_message({"role": "user", "content": "hi"})
+        await manager.get_measured_request_view(provider=None, retain_contents=[], count_view=count)
+
+    with pytest.raises(ProviderLimitError) as raised:
+        run(scenario())
+    error = raised.value
+    assert isinstance(error, ContextLengthError)
+    assert (error.reason, error.estimated, error.limit, error.rung) == (
+        "oversize_unmeasured",
+        5000,
+        100,
+        0,
+    )
+
+
+def test_transaction_conflict_error_when_the_history_is_replaced_during_a_count() -> None:
+    async def scenario() -> None:
+        manager = SimpleContextManager(token_meter="actual")
+        await manager.add_message({"role": "user", "content": "hi"})
+
+        async def count(view: list[dict[str, Any]]) -> Any:
+            await manager.clear()
+            return {"dispatch": view, "budget_decision": None}
+
+        await manager.get_measured_request_view(provider=None, retain_contents=[], count_view=count)
+
+    with pytest.raises(TransactionConflictError):
+        run(scenario())
+
+
+def test_transaction_state_error_names_the_event_and_the_state() -> None:
+    error = TransactionStateError("commit", TxnState.STAGED.name)
+    assert (error.event, error.state) == ("commit", "STAGED")
+    assert "commit" in str(error) and "STAGED" in str(error)
+
+
+def test_every_error_is_documented() -> None:
+    for error in (
+        ContextLengthError,
+        CountContractError,
+        InvalidMessageError,
+        ProviderLimitError,
+        RequiredContentTooLargeError,
+        RetainedContentMissingError,
+        TokenMeterError,
+        TransactionConflictError,
+        TransactionStateError,
+    ):
+        assert inspect.getdoc(error), error
