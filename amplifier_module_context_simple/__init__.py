@@ -29,9 +29,9 @@ from .errors import RetainedContentMissingError as RetainedContentMissingError
 from .errors import TokenMeterError as TokenMeterError
 from .errors import TransactionConflictError as TransactionConflictError
 from .errors import TransactionStateError as TransactionStateError
+from .manager import SimpleContextManager as SimpleContextManager
 from .negotiator.transaction import RequestTransaction as RequestTransaction
 from .negotiator.transaction import TxnState as TxnState
-from .manager import SimpleContextManager as SimpleContextManager
 
 __amplifier_module_type__ = "context"
 

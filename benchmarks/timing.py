@@ -62,9 +62,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.history import SYSTEM
 from amplifier_module_context_simple.context.ladder import RUNG_COUNT
-from amplifier_module_context_simple import SimpleContextManager
 from benchmarks import histories
 
 T = TypeVar("T")

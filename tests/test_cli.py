@@ -14,9 +14,9 @@ from typing import Any
 import anyio
 import pytest
 
+from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.cli import main, parse_assignment
 from amplifier_module_context_simple.context.estimate import estimate_message, estimate_text
-from amplifier_module_context_simple import SimpleContextManager
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "examples" / "sample-transcript.jsonl"
