@@ -12,6 +12,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
+from .._values import int_at_least
+
 __all__ = (
     "WINDOW_SAFETY_MARGIN",
     "derive_budget",
@@ -24,9 +26,7 @@ WINDOW_SAFETY_MARGIN: Final = 4096
 
 
 def _positive_int(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        return None
-    return value
+    return int_at_least(value, 1)
 
 
 def _window_from(provider: Any) -> tuple[str, int, int] | None:

@@ -10,6 +10,7 @@ returns staged ones, and the store commits them at its commit boundary.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -38,8 +39,20 @@ logger = logging.getLogger(__name__)
 FLOOR_REGROWTH: Final = 0.05
 """How far (fraction of the budget) a view grows past a reported floor before re-running."""
 
-FloorMark = tuple[int, int, int, int, int]
-"""(epoch, effective budget, target, floor tokens, history length) of a reported floor."""
+
+@dataclass(frozen=True, slots=True)
+class FloorMark:
+    """A reported protected floor: what it was reported for, and how large it was."""
+
+    epoch: int
+    effective: int
+    """The effective budget of the request that reported it."""
+    target: int
+    tokens: int
+    """The view's estimate at the floor."""
+    length: int
+    """History entries the request saw."""
+
 
 _MISSING: Final = object()
 
@@ -183,16 +196,19 @@ class Compactor:
                 budget=plan.budget,
                 required=ladder.total,
             )
-        mark = (plan.epoch, plan.effective, target, ladder.total, plan.length) if over else None
-        stats_before = plan.decisions.stats
-        reported = stats_before is not None and stats_before.get("floor_tokens") is not None
+        mark = (
+            FloorMark(plan.epoch, plan.effective, target, ladder.total, plan.length)
+            if over
+            else None
+        )
+        reported = plan.decisions.floor_reported
         if ladder.changes == 0 and (not over or reported):
             return None, mark
         staged = plan.decisions.merged(ladder)
         stats = self.stats(plan, before, ladder, staged, target)
         if over:
             self._warn_floor(stats, first=not reported)
-        return dataclasses.replace(staged, stats=stats), mark
+        return dataclasses.replace(staged, stats=stats, floor_reported=over), mark
 
     def notice_allowance(self, budget: int) -> int:
         """Room the floor reduction leaves for the minimal notice (0 when notices are off)."""
@@ -224,13 +240,16 @@ class Compactor:
         shrink the recent window again) and, as the history grows, until the view is
         ``FLOOR_REGROWTH`` of the budget past the floor or past the budget itself.
         """
-        epoch, effective, target, tokens, length = floor
-        if (epoch, effective, target) != (plan.epoch, plan.effective, self.target(plan)):
+        if (floor.epoch, floor.effective, floor.target) != (
+            plan.epoch,
+            plan.effective,
+            self.target(plan),
+        ):
             return False
-        if length == plan.length:
+        if floor.length == plan.length:
             return True
         regrowth = max(1, int(plan.effective * FLOOR_REGROWTH))
-        return before.tokens < tokens + regrowth and before.tokens <= plan.effective
+        return before.tokens < floor.tokens + regrowth and before.tokens <= plan.effective
 
     def stats(
         self,

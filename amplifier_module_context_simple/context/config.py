@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+
+from .._values import int_at_least, is_int, is_number
 
 __all__ = (
     "DEFAULT_MAX_TOKENS_FALLBACK",
@@ -102,10 +103,10 @@ def validated_max_tokens(raw: object) -> int | None:
     """``max_tokens`` is a cap; anything but a positive int means "no cap" (with a warning)."""
     if raw is None:
         return None
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw <= 0:
+    checked = int_at_least(raw, 1)
+    if checked is None:
         logger.warning("context-simple: ignoring invalid max_tokens %r; no cap applies", raw)
-        return None
-    return raw
+    return checked
 
 
 def validated_token_meter(raw: object) -> str:
@@ -120,31 +121,23 @@ def _bad(key: str, value: object, expected: str) -> ValueError:
     return ValueError(f"invalid {key}={value!r}: expected {expected}")
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _positive_int(key: str, value: object) -> None:
-    if not _is_int(value) or value <= 0:  # type: ignore[operator]
+    if not is_int(value) or value <= 0:
         raise _bad(key, value, "a positive integer")
 
 
 def _non_negative_int(key: str, value: object) -> None:
-    if not _is_int(value) or value < 0:  # type: ignore[operator]
+    if not is_int(value) or value < 0:
         raise _bad(key, value, "a non-negative integer")
 
 
 def _fraction_open(key: str, value: object) -> None:
-    if not _is_number(value) or not 0 < value <= 1:  # type: ignore[operator]
+    if not is_number(value) or not 0 < value <= 1:
         raise _bad(key, value, "a number in (0, 1]")
 
 
 def _fraction_closed(key: str, value: object) -> None:
-    if not _is_number(value) or not 0 <= value <= 1:  # type: ignore[operator]
+    if not is_number(value) or not 0 <= value <= 1:
         raise _bad(key, value, "a number in [0, 1]")
 
 
@@ -169,7 +162,7 @@ def _token_meter(key: str, value: object) -> None:
 
 
 def _tool_result_bytes(key: str, value: object) -> None:
-    if not _is_int(value) or value < MIN_MAX_TOOL_RESULT_BYTES:  # type: ignore[operator]
+    if not is_int(value) or value < MIN_MAX_TOOL_RESULT_BYTES:
         raise _bad(
             key,
             value,

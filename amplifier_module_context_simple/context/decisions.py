@@ -34,6 +34,9 @@ class Decisions:
     stubbed: frozenset[int] = frozenset()
     level: int = 0
     stats: dict[str, Any] | None = None
+    floor_reported: bool = False
+    """These decisions reported a protected floor above the target (the storm guard reads
+    this, never the event payload)."""
     overrides: Mapping[int, Form | None] = field(default_factory=dict)
     """seq -> reduced form, or ``None`` when removed: what the renderer substitutes."""
 
@@ -60,5 +63,6 @@ class Decisions:
             stubbed=frozenset(stubbed),
             level=max(self.level, ladder.level),
             stats=self.stats,
+            floor_reported=self.floor_reported,
             overrides=overrides,
         )

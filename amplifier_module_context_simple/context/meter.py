@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._values import int_at_least
+
 __all__ = (
     "TokenMeter",
     "reading_from_usage",
@@ -25,9 +27,7 @@ __all__ = (
 
 
 def _count(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return None
-    return value
+    return int_at_least(value, 0)
 
 
 def _field(usage: object, key: str) -> tuple[bool, object]:

@@ -155,7 +155,11 @@ class Negotiable:
         )
         stats["before_tokens"] = self.base.estimate
         stats.update(trigger=self.trigger, policy_budget=plan.effective, **measurement)
-        decisions = dataclasses.replace(candidate.decisions, stats=stats)
+        decisions = dataclasses.replace(
+            candidate.decisions,
+            stats=stats,
+            floor_reported=self.ladder.total > self._stats_target,
+        )
         return dataclasses.replace(candidate, decisions=decisions)
 
     # -- the transaction's seam -----------------------------------------------------

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from .._values import int_at_least
 from ..context.negotiable import Candidate, Negotiable
 from ..errors import CountContractError, ProviderLimitError
 from .transaction import RequestTransaction, _Machine
@@ -67,9 +68,7 @@ CANNOT_FIT: Final = "Context cannot fit protected content within the provider in
 
 def _count(value: object) -> int | None:
     """A non-negative integer (never a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return None
-    return value
+    return int_at_least(value, 0)
 
 
 @dataclass(frozen=True, slots=True)
