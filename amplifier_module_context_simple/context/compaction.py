@@ -10,9 +10,9 @@ returns staged ones, and the store commits them at its commit boundary.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ..errors import RequiredContentTooLargeError
@@ -22,7 +22,7 @@ from .estimate import estimate_message
 from .forms import stubbed_form, truncated_form
 from .history import History, marker_owner
 from .ingress import RETRIEVAL_GUIDANCE
-from .ladder import Form, Item, Ladder, LadderParams
+from .ladder import Form, FormName, Item, Ladder, LadderParams
 from .notice import notice_message
 from .plan import RequestPlan
 from .render import Rendered
@@ -106,14 +106,14 @@ class Compactor:
                     system_tokens += entry.tokens
                 continue
             seq = entry.seq
-            message, tokens, form = entry.public, entry.tokens, "full"
-            if seq not in plan.protected:
-                override = overrides.get(seq, _MISSING)
+            message, tokens = entry.public, entry.tokens
+            form: FormName = "full"
+            if seq not in plan.protected and seq in overrides:
+                override = overrides[seq]
                 if override is None:
-                    continue
-                if override is not _MISSING:
-                    message, tokens = override  # type: ignore[misc]
-                    form = "truncated" if seq in decisions.truncated else "stubbed"
+                    continue  # removed
+                message, tokens = override
+                form = "truncated" if seq in decisions.truncated else "stubbed"
             assert message is not None
             items.append(Item(seq, entry.info, message, tokens, history.group_of(seq), form))
         # A group is complete only if its results are inside the request's snapshot: a

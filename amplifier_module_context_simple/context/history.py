@@ -27,6 +27,7 @@ before anything is swapped in, so a rejected batch leaves the previous history i
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,8 +49,13 @@ from .ingress import IngressClip, cap_tool_result
 from .synthesize import synthesized_results
 
 __all__ = (
+    "BODY",
+    "HOOK_SYSTEM",
     "SEQ_KEY",
+    "SKIP",
+    "SYSTEM",
     "Entry",
+    "EntryKind",
     "History",
     "Synthesized",
     "build_history",
@@ -80,16 +86,29 @@ class Entry:
     None when the message never reaches a view (reference-only row, orphan result)."""
     info: MessageInfo
     tokens: int
-    kind: int
-    """How views use it: ``SKIP``, ``BODY``, ``SYSTEM`` or ``HOOK_SYSTEM``."""
+    kind: EntryKind
+    """How views use it."""
     has_metadata: bool
     """Whether the public form has a metadata dict (views copy it)."""
 
 
-SKIP, BODY, SYSTEM, HOOK_SYSTEM = range(4)
+class EntryKind(enum.IntEnum):
+    """How views use an admitted message."""
+
+    SKIP = 0
+    """Never shown (a reference-only row, an orphan result)."""
+    BODY = 1
+    """Shown in the conversation, in display order."""
+    SYSTEM = 2
+    """A stored system message: hoisted, or replaced by the system prompt factory."""
+    HOOK_SYSTEM = 3
+    """A hook-sourced system message: hoisted, and kept even with a factory."""
 
 
-def _kind(info: MessageInfo, public: Mapping[str, Any] | None) -> int:
+SKIP, BODY, SYSTEM, HOOK_SYSTEM = EntryKind
+
+
+def _kind(info: MessageInfo, public: Mapping[str, Any] | None) -> EntryKind:
     if public is None:
         return SKIP
     if info.is_hook_system:

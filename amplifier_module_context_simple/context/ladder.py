@@ -35,13 +35,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from .classify import MessageInfo
 
 __all__ = (
     "RUNG_COUNT",
     "Form",
+    "FormName",
     "Item",
     "Ladder",
     "LadderParams",
@@ -49,6 +50,8 @@ __all__ = (
 
 
 Form = tuple[dict[str, Any], int]
+FormName = Literal["full", "truncated", "stubbed"]
+"""How an item is shown: as admitted, or in one of the reduced forms."""
 """A reduced message and its token estimate."""
 
 RUNG_COUNT: Final = 8
@@ -63,7 +66,7 @@ class Item:
     message: dict[str, Any]
     tokens: int
     group: int
-    form: str = "full"  # "full" | "truncated" | "stubbed"
+    form: FormName = "full"
     synthesized: int = 0
     """Synthesized results shown with this call message (counted in ``tokens``)."""
 
@@ -266,7 +269,7 @@ class Ladder:
 
     # -- operations ------------------------------------------------------------
 
-    def _replace(self, item: Item, form: tuple[dict[str, Any], int], kind: str) -> None:
+    def _replace(self, item: Item, form: tuple[dict[str, Any], int], kind: FormName) -> None:
         message, tokens = form
         self.total += tokens - item.tokens
         item.message, item.tokens, item.form = message, tokens, kind
