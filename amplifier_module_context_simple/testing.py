@@ -47,7 +47,7 @@ import anyio.lowlevel
 if TYPE_CHECKING:
     import trio
 
-    from .context.manager import SimpleContextManager
+    from .manager import SimpleContextManager
 
 __all__ = (
     "BOUNDARY_EVENTS",
@@ -529,6 +529,9 @@ class ViewReport:
     """Call ids shown without results because the history has none yet (the pending tail)."""
     synthesized: frozenset[str] = frozenset()
     """Call ids the view answers with synthesized results."""
+    held: frozenset[int] = frozenset()
+    """History indexes of the notes held back because the history ends while the calls of
+    their run are still running (never shown by this view)."""
 
 
 def _get(obj: object, key: str) -> Any:
@@ -837,20 +840,25 @@ class _Run:
     """Stored id -> the fresh id views show for it (reused ids only)."""
     pure: list[int] = field(default_factory=list)
     mixed: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
+    """Notes admitted while ids were pending: shown once the run is answered or closed."""
     others: list[int] = field(default_factory=list)
 
     def shown(self, call_id: str) -> str:
         return self.renames.get(call_id, call_id)
 
     def slots(self, closed: bool) -> list[_Slot]:
+        """The run in display order; ``closed``: a later turn closed it (else the history
+        ends with it). Held notes are left out of a run that ends the history pending."""
         out = [_Slot(self.owner)]
-        if closed:
+        if closed and self.pending:
             tool = [self.shown(c) for c in self.pending if not self.formats[c]]
             blocks = tuple(self.shown(c) for c in self.pending if self.formats[c])
             out += [_Slot(self.owner, (call_id,)) for call_id in tool]
             if blocks:
                 out.append(_Slot(self.owner, blocks, anthropic=True))
-        out += [_Slot(index) for index in (*self.pure, *self.mixed, *self.others)]
+        held = self.held if closed or not self.pending else []
+        out += [_Slot(index) for index in (*self.pure, *self.mixed, *held, *self.others)]
         return out
 
 
@@ -869,6 +877,8 @@ class _Layout:
     """Index of the call message of a run still open at the end (the pending tail)."""
     tail_pending: frozenset[str]
     """Its call ids (as shown) without a result."""
+    held: frozenset[int] = frozenset()
+    """Indexes of the notes of the pending tail's run: never shown (no slot)."""
 
 
 def _renamed(value: object, renames: Mapping[str, str]) -> object:
@@ -915,10 +925,13 @@ def _public_form(
     """What a view shows for a non-assistant ``message`` admitted while ``run`` is open, and
     the ids (as stored) it answers.
 
-    A result answers a still unanswered id of the open run; any other result is an orphan:
-    a ``tool`` message or a pure carrier left with no result is never shown, a block list
-    loses its orphan ``tool_result`` blocks (and is never shown if nothing is left). A
-    result of a call whose id views rename shows the new id.
+    A result answers a still unanswered id of the open run; any other result is an orphan
+    (a block with no valid id, or a second block for an id answered earlier in the same
+    message, included): a ``tool`` message or a pure carrier left with no result is never
+    shown, a block list loses its orphan ``tool_result`` blocks (and is never shown if
+    nothing is left), and its remaining ``tool_result`` blocks come first, in their order,
+    before every other block (Anthropic requires a turn answering calls to begin with its
+    results). A result of a call whose id views rename shows the new id.
     """
     role = message["role"]
     open_ids = run.pending if run is not None else []
@@ -932,18 +945,20 @@ def _public_form(
     elif role == "system" or not _result_blocks(message):
         return dict(message), []
     else:
-        kept: list[object] = []
+        answers: list[object] = []
+        others: list[object] = []
         for block in message["content"]:
             if _get(block, "type") != "tool_result":
-                kept.append(block)
+                others.append(block)
                 continue
             ref = _block_result_id(block)
             if _valid_id(ref) and ref in open_ids and ref not in linked:
                 linked.append(ref)
-                kept.append(block)
-        if not kept:
+                answers.append(block)
+        if not answers and not others:
             return None, []
-        public = {**message, "content": kept}
+        # a turn that answers calls begins with its results (Anthropic Messages)
+        public = {**message, "content": [*answers, *others]}
     if run is None:
         return public, linked
     renames = {c: run.renames[c] for c in linked if c in run.renames}
@@ -961,7 +976,11 @@ def _layout(history: Sequence[object]) -> _Layout:
     linked. Within a run the call message comes first, then (once the run is closed with
     calls unanswered) their synthesized results, then the pure result carriers, then
     messages mixing results with other content, then everything else, each group in
-    admission order. A message no view shows (reference-only row, orphan) changes nothing.
+    admission order. A message answering none of the run's ids that is not a person's turn
+    (a note: hook, ephemeral, developer, ...) admitted while an id is pending is *held*: it
+    takes its place among "everything else" once the run is answered or closed, and has no
+    place at all (``_Layout.held``) when the history ends with the run pending. A message
+    no view shows (reference-only row, orphan) changes nothing.
     A call id declared again after an earlier call message showed it is renamed
     ``<id>~<n>`` (the smallest n >= 2 not taken) in the call and in its run's results.
     """
@@ -973,7 +992,7 @@ def _layout(history: Sequence[object]) -> _Layout:
 
     def close(closed: bool) -> None:
         if run is not None:
-            slots.extend(run.slots(closed and bool(run.pending)))
+            slots.extend(run.slots(closed))
 
     for index, message in enumerate(history):
         if (
@@ -1016,12 +1035,14 @@ def _layout(history: Sequence[object]) -> _Layout:
             run.pending.remove(call_id)
             owners[run.shown(call_id)] = run.owner
             results_of.setdefault((run.owner, run.shown(call_id)), []).append(index)
-        if not linked:
-            run.others.append(index)
-        elif _carries_only_results(message):
+        if linked and _carries_only_results(message):
             run.pure.append(index)
-        else:
+        elif linked:
             run.mixed.append(index)
+        elif run.pending and not human:
+            run.held.append(index)  # a note while calls are running: shown after them
+        else:
+            run.others.append(index)
         if human:
             close(closed=True)
             run = None
@@ -1032,7 +1053,8 @@ def _layout(history: Sequence[object]) -> _Layout:
             synthesized.setdefault(slot.index, []).append(position)
     tail = run.owner if run is not None else None
     pending = frozenset(run.shown(c) for c in run.pending) if run is not None else frozenset()
-    return _Layout(rows, slots, results_of, synthesized, tail, pending)
+    held = frozenset(run.held) if run is not None and run.pending else frozenset()
+    return _Layout(rows, slots, results_of, synthesized, tail, pending, held)
 
 
 def _json_ok(value: object) -> bool:
@@ -1097,7 +1119,8 @@ def _embed(
     or right): verbatim, a traceable reduced form, or exactly the synthesized result.
 
     Returns ``(chosen, reduced)`` (slot positions in view order; history indexes shown
-    reduced), or the error for the first view message that does not fit.
+    reduced), or the error for the first view message that does not fit (``held-note``
+    when it is a note the history's pending tail holds back).
     """
     order = range(len(body) - 1, -1, -1) if reverse else range(len(body))
     positions = list(range(len(layout.slots)))
@@ -1133,6 +1156,16 @@ def _embed(
                 break
         else:
             where = offset + position
+            held = [i for i in sorted(layout.held) if match(message, _Slot(i)) is not None]
+            if held:
+                return ViewInvariantError(
+                    3,
+                    "held-note",
+                    f"view[{where}] shows history[{held[0]}], a note admitted while calls of "
+                    f"history[{layout.tail}] were running: it is held until they are answered "
+                    f"or the run is closed, and the history ends first: {message!r:.300}",
+                    where,
+                )
             if any(match(message, slot) is not None for slot in layout.slots):
                 return ViewInvariantError(
                     3,
@@ -1252,6 +1285,11 @@ def check_view_invariants(
       message of nothing but results is then never shown, a block list loses its orphan
       blocks (and is never shown if nothing is left). Reference-only rows and orphans
       change no run;
+    - **tidied result carriers**: in a list of blocks the orphan ``tool_result`` blocks
+      (no valid id, an id the open run does not wait for, or an id answered by an earlier
+      block of the same message) are left out, and the remaining ``tool_result`` blocks
+      come first, in their order, before every other block (a turn answering calls begins
+      with its results: Anthropic Messages);
     - **reused ids**: a call id that an earlier shown call message declared is shown as
       ``<id>~<n>`` (the smallest n >= 2 not taken) in its call and in its run's results,
       whose metadata gets ``renamed_tool_call_ids`` (shown id -> stored id);
@@ -1259,6 +1297,14 @@ def check_view_invariants(
       the *pure* result carriers (a ``tool`` message, a message of nothing but
       ``tool_result`` blocks) in admission order, then messages mixing results with other
       content, then every other message of the run, in admission order;
+    - **held notes**: a message admitted while the open run has ids still unanswered that
+      answers none of them and is neither a person's turn, an assistant message nor a
+      system message (a machine-written note: ``source: hook``, an ephemeral or persisted
+      envelope, a developer message, ...) is *held*: shown in its place among the run's
+      other messages once the run is answered completely or closed (after the synthesized
+      results, before the closing message), never while the run is pending - a history
+      ending with the run pending never shows it (``ViewReport.held``). A note admitted
+      when no id is pending is placed as usual;
     - **synthesized results**: when a run closes with ids unanswered, the view answers
       them right after the call message, in the call's format: one ``{"role": "tool",
       "tool_call_id", "content"}`` per id declared in ``tool_calls`` or as a ``tool_call``
@@ -1279,10 +1325,11 @@ def check_view_invariants(
        ones included), a result shown has its call shown;
     2. protected content, verbatim: system messages (or ``factory_text`` plus hook-sourced
        system messages), the first and the latest human prompt, the newest envelope of
-       every ``retained`` body, and every message in ``protected``;
-    3. order: system messages first; the rest is a subsequence of the display order above,
-       plus at most one compaction notice at the end, only when no call of the view is left
-       unanswered;
+       every ``retained`` body (unless it is a held note, which is not shown), and every
+       message in ``protected``;
+    3. order: system messages first; the rest is a subsequence of the display order above
+       (a held note is shown nowhere: ``held-note``), plus at most one compaction notice at
+       the end, only when no call of the view is left unanswered;
     4. no invention: each message equals a history message (minus store bookkeeping), is
        a reduced form traceable to one (``metadata["compaction"]``: a stubbed user message;
        a truncated result - string content or a block list, in a ``tool`` message or in
@@ -1413,13 +1460,16 @@ def check_view_invariants(
         must += [humans[0], humans[-1]]
     for text in retained:
         envelopes = [
-            r.public
+            r
             for r in rows
             if r.public is not None and _is_envelope(r.public) and r.public["content"] == text
         ]
         if not envelopes:
             raise fail(2, "retained-missing", f"no envelope in the history carries {text[:60]!r}")
-        must.append(envelopes[-1])
+        newest = envelopes[-1]
+        if newest.index not in layout.held:  # a held envelope is not shown yet
+            assert newest.public is not None
+            must.append(newest.public)
     must += list(protected)
     for message in must:
         if not any(_same_message(shown_message, message) for shown_message in body):
@@ -1436,6 +1486,7 @@ def check_view_invariants(
         notice=notice,
         pending=pending,
         synthesized=synthesized,
+        held=layout.held,
     )
 
 

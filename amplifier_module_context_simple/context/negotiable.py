@@ -182,6 +182,10 @@ class Negotiable:
         """
         self._store._commit(candidate.decisions, self._plan.version)
 
+    def check_current(self) -> None:
+        """Raise ``TransactionConflictError`` when the store moved since planning."""
+        self._store._check_version(self._plan.version)
+
     async def deliver_compaction(self, stats: dict[str, Any]) -> None:
         await self._store._deliver_compaction(stats)
 

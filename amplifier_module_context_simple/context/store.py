@@ -577,6 +577,14 @@ class ContextStore:
     def _floor(self) -> FloorMark | None:
         return self._compactor.floor
 
+    def _check_version(self, version: tuple[int, int]) -> None:
+        """Raise ``TransactionConflictError`` unless the store is still at ``version``."""
+        if self.version != version:
+            raise TransactionConflictError(
+                "the context changed since this request was planned (set_messages, clear "
+                "or another commit); nothing was applied"
+            )
+
     def _commit(self, decisions: Decisions, version: tuple[int, int]) -> None:
         """The one place decisions become the store's: check ``version``, then swap.
 
@@ -587,11 +595,7 @@ class ContextStore:
             TransactionConflictError: the store moved since ``version`` was read
                 (another commit, ``set_messages``, ``clear``); nothing is applied.
         """
-        if self.version != version:
-            raise TransactionConflictError(
-                "the context changed since this request was planned (set_messages, clear "
-                "or another commit); nothing was applied"
-            )
+        self._check_version(version)
         self._decisions = decisions
         self._commit_version += 1
 

@@ -200,9 +200,12 @@ class _Machine:
                         "the context history was replaced (set_messages or clear) while "
                         "this request was being counted; nothing was applied"
                     )
-            elif self.has_changes:  # Effect.APPLY
+            else:  # Effect.APPLY: the version is checked even with nothing to apply
                 try:
-                    self._seam.commit(self._staged)
+                    if self.has_changes:
+                        self._seam.commit(self._staged)
+                    else:
+                        self._seam.check_current()
                 except TransactionConflictError:
                     self.conflict = True
                     self._end()

@@ -1,17 +1,22 @@
-"""Stateful model test of ``RequestTransaction`` against a small reference model (RELIABILITY T7).
+"""Stateful model test of the transaction machine against a small reference model
+(RELIABILITY T7).
 
-Hypothesis drives one store and its transactions with every event from every state
-(legal and illegal), ``stage``/``apply``/``rollback``, ``commit`` (through a synchronous
-wrapper that runs it with ``anyio.run`` on either backend, with a predicate that says
-"not cancelled", "cancelled" or raises) and the store moves that matter to optimistic
-concurrency (``set_messages``, ``clear``, ``add_message``, an ordinary request that may
-commit its own compaction). The model is written from CONTRACT 8.2, independently of the
-implementation's transition table.
+Hypothesis drives one store and the machines (``_Machine``, the negotiation driver's
+internal API) of requests planned on it: every driver method (``stage``, ``counting``,
+``counted``, ``fitting``, ``fitted``, ``no_fit``, ``finish``, ``rollback``) and every event
+through the transition function ``_fire`` from every state (legal and illegal), with real
+candidates of the planned request; ``commit`` through the machine or through the
+orchestrator's ``RequestTransaction`` handle (a synchronous wrapper runs it with
+``anyio.run`` on either backend, with a predicate that says "not cancelled", "cancelled"
+or raises); and the store moves that matter (``set_messages``, ``clear``, ``add_message``,
+an ordinary request that may commit its own compaction). The model is written from
+CONTRACT 8.2 and the transaction module's documented table (states, events and their
+effects), independently of ``TRANSITIONS``.
 
 Invariants after every step: the store's committed decisions are the model's (the same
 object), its version is the model's, the canonical history is the model's (it only ever
-changes by admission, ``set_messages`` or ``clear``), and the live transaction agrees with
-the model's (state, staged object, conflict flag).
+changes by admission, ``set_messages`` or ``clear``), the live machine agrees with the
+model's (state, staged candidate, conflict flag, changes) and its handle reads the same.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from hypothesis.stateful import (
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.decisions import Decisions
+from amplifier_module_context_simple.context.negotiable import Candidate
 from amplifier_module_context_simple.errors import (
     TransactionConflictError,
     TransactionStateError,
@@ -40,27 +46,51 @@ from amplifier_module_context_simple.negotiator.transaction import (
     RequestTransaction,
     TxnEvent,
     TxnState,
+    _Machine,
 )
 from tests.negotiator.orchestrator import conversation
 
 S, E = TxnState, TxnEvent
 
-MODEL_TABLE: dict[TxnState, dict[TxnEvent, TxnState]] = {
+STAGE, CHECK, APPLY, DISCARD = "stage", "check history", "apply", "discard"
+ROLLBACK = (S.ROLLED_BACK, (DISCARD,))
+MODEL_TABLE: dict[TxnState, dict[TxnEvent, tuple[TxnState, tuple[str, ...]]]] = {
     S.STAGED: {
-        E.COUNT: S.COUNTING,
-        E.REDUCE: S.STAGED,
-        E.FINISH: S.READY,
-        E.ROLLBACK: S.ROLLED_BACK,
+        E.REDUCE: (S.STAGED, (STAGE,)),
+        E.COUNT: (S.COUNTING, ()),
+        E.FINISH: (S.READY, (STAGE,)),
+        E.ROLLBACK: ROLLBACK,
     },
-    S.COUNTING: {E.RECORD: S.COUNTED, E.ROLLBACK: S.ROLLED_BACK},
-    S.COUNTED: {E.REDUCE: S.STAGED, E.FIT: S.FITTING, E.FINISH: S.READY, E.ROLLBACK: S.ROLLED_BACK},
-    S.FITTING: {E.FITTED: S.READY, E.REDUCE: S.STAGED, E.ROLLBACK: S.ROLLED_BACK},
-    S.READY: {E.COMMIT: S.COMMITTED, E.ROLLBACK: S.ROLLED_BACK},
-    S.COMMITTED: {},
-    S.ROLLED_BACK: {},
+    S.COUNTING: {E.RECORD: (S.COUNTED, (CHECK,)), E.ROLLBACK: ROLLBACK},
+    S.COUNTED: {
+        E.REDUCE: (S.STAGED, (STAGE,)),
+        E.FIT: (S.FITTING, ()),
+        E.FINISH: (S.READY, (STAGE,)),
+        E.ROLLBACK: ROLLBACK,
+    },
+    S.FITTING: {
+        E.FITTED: (S.READY, (CHECK, STAGE)),
+        E.NO_FIT: (S.COUNTED, (CHECK,)),
+        E.ROLLBACK: ROLLBACK,
+    },
+    S.READY: {E.COMMIT: (S.COMMITTED, (APPLY,)), E.ROLLBACK: ROLLBACK},
+    S.COMMITTED: {E.COMMIT: (S.COMMITTED, ()), E.ROLLBACK: (S.COMMITTED, ())},
+    S.ROLLED_BACK: {E.COMMIT: (S.ROLLED_BACK, ()), E.ROLLBACK: (S.ROLLED_BACK, ())},
 }
 LIVE = frozenset({S.STAGED, S.COUNTING, S.COUNTED, S.FITTING})
 TERMINAL = frozenset({S.COMMITTED, S.ROLLED_BACK})
+
+API: dict[str, TxnEvent] = {
+    "stage": E.REDUCE,
+    "counting": E.COUNT,
+    "counted": E.RECORD,
+    "fitting": E.FIT,
+    "fitted": E.FITTED,
+    "no_fit": E.NO_FIT,
+    "finish": E.FINISH,
+    "rollback": E.ROLLBACK,
+}
+TAKES_CANDIDATE = frozenset({"stage", "fitted", "finish"})
 
 HISTORIES = [conversation(3, size=600), conversation(2, size=900, rounds=2), []]
 
@@ -84,10 +114,17 @@ def predicate(kind: str) -> Any:
 @dataclass
 class ModelTxn:
     state: TxnState
-    base: Decisions
-    staged: Decisions
+    base: Candidate
+    staged: Candidate
     version: tuple[int, int]
+    """The store version the request was planned on."""
+    replaced: bool = False
+    """``set_messages``/``clear`` replaced the history since planning."""
     conflict: bool = False
+
+    @property
+    def changes(self) -> bool:
+        return self.staged.decisions is not self.base.decisions
 
     def discard(self) -> None:
         self.state = S.ROLLED_BACK
@@ -97,14 +134,17 @@ class ModelTxn:
 class TransactionMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.store = SimpleContextManager(token_meter="actual", max_tokens=2000)
+        self.store = SimpleContextManager(
+            token_meter="actual", max_tokens=2000, protected_tool_results=1
+        )
         anyio.run(self.store.set_messages, HISTORIES[0])
         self.history = self._contents(HISTORIES[0])
         self.decisions = self.store._decisions
         self.version = self.store.version
-        self.candidates = self._candidates()
-        self.txn: RequestTransaction | None = None
+        self.machine: _Machine | None = None
+        self.handle: RequestTransaction | None = None
         self.model: ModelTxn | None = None
+        self.candidates: list[Candidate] = []
 
     # -- helpers ------------------------------------------------------------------
 
@@ -112,34 +152,62 @@ class TransactionMachine(RuleBasedStateMachine):
     def _contents(messages: list[dict[str, Any]]) -> list[tuple[str, Any]]:
         return [(m["role"], m.get("content")) for m in messages]
 
-    def _candidates(self) -> list[Decisions]:
-        """Real staged decisions: the committed ones plus rungs 1..k of a ladder."""
-        store = self.store
-        plan = anyio.run(
-            functools.partial(
-                store.plan_request, token_budget=None, provider=None, retain=(), hard_fit=False
-            )
-        )
-        ladder = store.ladder_for(plan, plan.decisions, target=-1, extra_protected=frozenset())
-        candidates = []
-        for rung in range(1, 9):
-            ladder.apply(rung)
-            candidates.append(plan.decisions.merged(ladder))
-        return candidates
-
     def _reset(self, messages: list[dict[str, Any]]) -> None:
         epoch, commit = self.version
         assert self.store._decisions == Decisions()
         self.decisions = self.store._decisions
         self.version = (epoch + 1, commit + 1)
         self.history = self._contents(messages)
+        if self.model is not None:
+            self.model.replaced = True
 
-    def _commit_model(self) -> None:
-        assert self.model is not None
-        if self.model.staged is not self.model.base:
-            self.decisions = self.model.staged
+    def _apply(self) -> bool:
+        """The model's APPLY: check the version, then the staged decisions are the store's."""
+        model = self.model
+        assert model is not None
+        if model.version != self.version:
+            model.conflict = True
+            model.discard()
+            return False
+        if model.changes:
+            self.decisions = model.staged.decisions
             self.version = (self.version[0], self.version[1] + 1)
-        self.model.state = S.COMMITTED
+        return True
+
+    def expect(self, event: TxnEvent, candidate: Candidate, act: Any) -> None:
+        """``act()`` fires ``event``: the model's entry says what must happen."""
+        model = self.model
+        assert model is not None
+        entry = MODEL_TABLE[model.state].get(event)
+        if entry is None:
+            try:
+                act()
+            except TransactionStateError as error:
+                assert (error.event, error.state) == (event.value, model.state.name)
+            else:
+                raise AssertionError(f"{event} was accepted in {model.state}")
+            return
+        target, effects = entry
+        for effect in effects:
+            if effect == STAGE:
+                model.staged = candidate
+            elif effect == DISCARD:
+                model.staged = model.base
+            elif effect == CHECK and model.replaced:
+                model.discard()
+                try:
+                    act()
+                except TransactionConflictError:
+                    return
+                raise AssertionError(f"{event} after the history was replaced did not stop")
+            elif effect == APPLY and not self._apply():
+                try:
+                    act()
+                except TransactionConflictError:
+                    return
+                raise AssertionError("the commit step on a moved store did not conflict")
+        act()
+        model.state = target
 
     # -- transactions ---------------------------------------------------------------
 
@@ -150,94 +218,107 @@ class TransactionMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.model is None or self.model.state in TERMINAL)
     @rule()
     def begin(self) -> None:
-        self.txn = RequestTransaction(self.store, self.store._decisions, self.store.version)
-        self.model = ModelTxn(S.STAGED, self.decisions, self.decisions, self.version)
+        """Plan a request on the store as it is now; its candidates are real reductions."""
+        seam = anyio.run(self.store.open_negotiation, None, [])
+        reduced = [c for rung in seam.rungs if (c := seam.step(rung)) is not None]
+        finalised = [seam.finalised(c, outcome="target_reached") for c in reduced[-2:]]
+        self.candidates = [seam.base, *reduced, *finalised]
+        self.machine = _Machine(seam)
+        self.handle = RequestTransaction(self.machine)
+        self.model = ModelTxn(S.STAGED, seam.base, seam.base, self.version)
 
-    def fire(self, event: TxnEvent) -> None:
-        assert self.txn is not None and self.model is not None
-        target = MODEL_TABLE[self.model.state].get(event)
-        if target is None:
-            try:
-                self.txn.fire(event)
-            except TransactionStateError as error:
-                assert (error.event, error.state) == (event.value, self.model.state.name)
-            else:
-                raise AssertionError(f"{event} was accepted in {self.model.state}")
-            return
-        assert self.txn.fire(event) is target
-        self.model.state = target
+    @precondition(lambda self: self.machine is not None)
+    @rule(method=st.sampled_from(sorted(API)), index=st.integers(0, 15))
+    def drive(self, method: str, index: int) -> None:
+        """One call of the driver's API, legal or not."""
+        assert self.machine is not None
+        candidate = self.candidates[index % len(self.candidates)]
+        call = getattr(self.machine, method)
+        if method in TAKES_CANDIDATE:
+            self.expect(API[method], candidate, lambda: call(candidate))
+        else:
+            self.expect(API[method], candidate, call)
 
-    @precondition(lambda self: self.txn is not None)
+    @precondition(lambda self: self.machine is not None)
     @rule(walk=st.integers(0, 4), data=st.data())
     def fire_events(self, walk: int, data: st.DataObject) -> None:
         """Walk up to ``walk`` legal non-terminal events (so programs reach every state), then
-        fire any event, legal or not."""
-        assert self.model is not None
+        fire any event, legal or not, through the transition function."""
+        assert self.machine is not None and self.model is not None
+        machine = self.machine
+
+        def fire(event: TxnEvent) -> None:
+            candidate = data.draw(st.sampled_from(self.candidates), label="candidate")
+            self.expect(event, candidate, lambda: machine._fire(event, candidate))
+
         for _ in range(walk):
             table = MODEL_TABLE[self.model.state]
-            legal = sorted((e for e in table if table[e] not in TERMINAL), key=lambda e: e.value)
+            legal = sorted((e for e in table if table[e][0] not in TERMINAL), key=lambda e: e.value)
             if not legal:
                 break
-            self.fire(data.draw(st.sampled_from(legal), label="legal event"))
-        self.fire(data.draw(st.sampled_from(list(TxnEvent)), label="any event"))
+            fire(data.draw(st.sampled_from(legal), label="legal event"))
+        fire(data.draw(st.sampled_from(list(TxnEvent)), label="any event"))
 
-    @precondition(lambda self: self.txn is not None)
-    @rule(index=st.integers(0, 7))
-    def stage(self, index: int) -> None:
-        assert self.txn is not None and self.model is not None
-        decisions = self.candidates[index]
-        if self.model.state in LIVE:
-            self.txn.stage(decisions)
-            self.model.staged = decisions
-            return
-        try:
-            self.txn.stage(decisions)
-        except TransactionStateError:
-            return
-        raise AssertionError(f"stage was accepted in {self.model.state}")
+    @precondition(lambda self: self.model is not None and self.model.state not in TERMINAL)
+    @rule(goal=st.sampled_from([*sorted(LIVE, key=lambda s: s.value), S.READY]), data=st.data())
+    def reach(self, goal: TxnState, data: st.DataObject) -> None:
+        """Drive the machine along the model's shortest non-terminal path to ``goal`` (if
+        there is one) through the driver's API, so every state's events get fired."""
+        assert self.machine is not None and self.model is not None
+        paths: dict[TxnState, list[TxnEvent]] = {self.model.state: []}
+        todo = [self.model.state]
+        while todo:
+            state = todo.pop(0)
+            for event, (following, _) in sorted(
+                MODEL_TABLE[state].items(), key=lambda item: item[0].value
+            ):
+                if following not in TERMINAL and following not in paths:
+                    paths[following] = [*paths[state], event]
+                    todo.append(following)
+        methods = {event: method for method, event in API.items()}
+        for event in paths.get(goal, []):
+            if self.model.state in TERMINAL:
+                break  # a check stopped the request on the way
+            candidate = data.draw(st.sampled_from(self.candidates), label="candidate")
+            call = getattr(self.machine, methods[event])
+            if methods[event] in TAKES_CANDIDATE:
+                self.expect(event, candidate, functools.partial(call, candidate))
+            else:
+                self.expect(event, candidate, call)
 
-    @precondition(lambda self: self.txn is not None)
+    @precondition(lambda self: self.machine is not None)
     @rule()
-    def apply(self) -> None:
-        assert self.txn is not None and self.model is not None
-        if self.model.state is not S.READY:
-            try:
-                self.txn.apply()
-            except TransactionStateError:
-                return
-            raise AssertionError(f"apply was accepted in {self.model.state}")
-        if self.model.version != self.version:
-            try:
-                self.txn.apply()
-            except TransactionConflictError:
-                self.model.conflict = True
-                self.model.discard()
-                return
-            raise AssertionError("apply on a moved store did not conflict")
-        self.txn.apply()
-        self._commit_model()
+    def commit_step(self) -> None:
+        """The synchronous commit step: COMMIT through ``_fire``."""
+        assert self.machine is not None
+        machine = self.machine
+        self.expect(E.COMMIT, self.candidates[0], lambda: machine._fire(E.COMMIT))
 
-    @precondition(lambda self: self.txn is not None)
-    @rule()
-    def rollback(self) -> None:
-        assert self.txn is not None and self.model is not None
-        self.txn.rollback()
-        if self.model.state not in TERMINAL:
-            self.model.discard()
+    @precondition(lambda self: self.machine is not None)
+    @rule(via=st.sampled_from(["machine", "handle"]))
+    def rollback(self, via: str) -> None:
+        assert self.machine is not None and self.handle is not None
+        rollback = self.machine.rollback if via == "machine" else self.handle.rollback
+        self.expect(E.ROLLBACK, self.candidates[0], rollback)
 
-    @precondition(lambda self: self.txn is not None)
+    @precondition(lambda self: self.machine is not None)
     @rule(
         kind=st.sampled_from(["none", "not_cancelled", "cancelled", "raises"]),
         backend=st.sampled_from(["asyncio", "trio"]),
+        via=st.sampled_from(["machine", "handle"]),
     )
-    def commit(self, kind: str, backend: str) -> None:
-        assert self.txn is not None and self.model is not None
+    def commit(self, kind: str, backend: str, via: str) -> None:
+        assert self.machine is not None and self.handle is not None and self.model is not None
         model = self.model
-        call = functools.partial(self.txn.commit, is_cancelled=predicate(kind))
+        if via == "machine":
+            call = functools.partial(self.machine.commit, predicate(kind))
+        else:
+            call = functools.partial(self.handle.commit, is_cancelled=predicate(kind))
         if model.state in LIVE:
             try:
                 anyio.run(call, backend=backend)
-            except TransactionStateError:
+            except TransactionStateError as error:
+                assert (error.event, error.state) == (E.COMMIT.value, model.state.name)
                 return
             raise AssertionError(f"commit was accepted in {model.state}")
         if model.state in TERMINAL:
@@ -253,13 +334,10 @@ class TransactionMachine(RuleBasedStateMachine):
         if kind == "cancelled":
             model.discard()
             expected = False
-        elif model.version != self.version:
-            model.conflict = True
-            model.discard()
-            expected = False
         else:
-            self._commit_model()
-            expected = True
+            expected = self._apply()
+            if expected:
+                model.state = S.COMMITTED
         assert committed is expected
 
     # -- the store moves --------------------------------------------------------------
@@ -271,13 +349,12 @@ class TransactionMachine(RuleBasedStateMachine):
         budget=st.sampled_from([300, 800, 5000]),
     )
     def move_store(self, move: str, index: int, text: str, budget: int) -> None:
-        """``set_messages``/``clear`` reset the store (a new version); ``add_message`` only
-        appends; an ordinary request may commit its own compaction (version + 1)."""
+        """``set_messages``/``clear`` replace the history (a new version); ``add_message``
+        only appends; an ordinary request may commit its own compaction (version + 1)."""
         store = self.store
         if move == "set_messages":
             anyio.run(store.set_messages, HISTORIES[index])
             self._reset(HISTORIES[index])
-            self.candidates = self._candidates()
         elif move == "clear":
             anyio.run(store.clear)
             self._reset([])
@@ -301,13 +378,15 @@ class TransactionMachine(RuleBasedStateMachine):
 
     @invariant()
     def transaction_agrees_with_model(self) -> None:
-        if self.txn is None or self.model is None:
+        if self.machine is None or self.handle is None or self.model is None:
             return
-        assert self.txn.state is self.model.state
-        assert self.txn.staged is self.model.staged
-        assert self.txn.conflict is self.model.conflict
-        assert self.txn.is_terminal is (self.model.state in TERMINAL)
-        assert self.txn.has_changes is (self.model.staged is not self.model.base)
+        machine, handle, model = self.machine, self.handle, self.model
+        assert machine.state is model.state
+        assert machine.staged is model.staged
+        assert machine.conflict is model.conflict
+        assert machine.has_changes is model.changes
+        assert handle.state is model.state and handle.conflict is model.conflict
+        assert handle.has_changes is model.changes and handle.stats is model.staged.stats
 
 
 TestTransactionMachine = TransactionMachine.TestCase

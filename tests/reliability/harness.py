@@ -19,6 +19,7 @@ from amplifier_module_context_simple.negotiator.transaction import (
     TERMINAL,
     RequestTransaction,
     TxnState,
+    _Machine,
 )
 from amplifier_module_context_simple.testing import (
     FaultPlan,
@@ -205,33 +206,61 @@ def fitted(count: int, *, limit: int = 100_000, calls: int = 1) -> Callable[...,
 
 @dataclass
 class Ledger:
-    """Every ``RequestTransaction`` created while tracking, and marks per prepared store."""
+    """Every transaction machine (``_Machine``) created while tracking, which machine each
+    ``RequestTransaction`` handle wraps, and marks per prepared store.
 
-    created: list[RequestTransaction] = field(default_factory=list)
+    Every negotiation creates one machine; a handle exists only for a result the
+    negotiation built (and is returned only when it has changes)."""
+
+    created: list[_Machine] = field(default_factory=list)
+    handles: list[tuple[RequestTransaction, _Machine]] = field(default_factory=list)
     marks: dict[int, int] = field(default_factory=dict)
 
     def mark(self, prepared: Prepared[Any]) -> None:
         self.marks[id(prepared)] = len(self.created)
 
-    def since(self, prepared: Prepared[Any]) -> list[RequestTransaction]:
+    def since(self, prepared: Prepared[Any]) -> list[_Machine]:
         return self.created[self.marks.get(id(prepared), 0) :]
+
+    def machine_of(self, handle: RequestTransaction) -> _Machine:
+        """The machine ``handle`` was built on (recorded at construction; the handle itself
+        does not expose it)."""
+        for known, machine in reversed(self.handles):
+            if known is handle:
+                return machine
+        raise AssertionError(f"{handle!r} was not created while tracking")
+
+
+def describe(machine: _Machine) -> str:
+    """A machine, for assertion messages (``state=NAME``, like the handle's repr)."""
+    return (
+        f"<_Machine state={machine.state.name} changes={machine.has_changes} "
+        f"conflict={machine.conflict}>"
+    )
 
 
 @contextlib.contextmanager
 def track_transactions() -> Iterator[Ledger]:
-    """Record every ``RequestTransaction`` constructed inside the block."""
+    """Record every ``_Machine`` and every ``RequestTransaction`` constructed in the block."""
     ledger = Ledger()
-    original = RequestTransaction.__init__
+    machine_init = _Machine.__init__
+    handle_init = RequestTransaction.__init__
 
-    def init(self: RequestTransaction, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
+    def init_machine(self: _Machine, *args: Any, **kwargs: Any) -> None:
+        machine_init(self, *args, **kwargs)
         ledger.created.append(self)
 
-    RequestTransaction.__init__ = init  # type: ignore[method-assign]
+    def init_handle(self: RequestTransaction, machine: _Machine) -> None:
+        handle_init(self, machine)
+        ledger.handles.append((self, machine))
+
+    _Machine.__init__ = init_machine  # type: ignore[method-assign]
+    RequestTransaction.__init__ = init_handle  # type: ignore[method-assign]
     try:
         yield ledger
     finally:
-        RequestTransaction.__init__ = original  # type: ignore[method-assign]
+        _Machine.__init__ = machine_init  # type: ignore[method-assign]
+        RequestTransaction.__init__ = handle_init  # type: ignore[method-assign]
 
 
 # -- the operations the sweeps enumerate ---------------------------------------------------------
@@ -342,31 +371,40 @@ def checker(op: Operation, ledger: Ledger) -> Callable[[Trial[Any]], Awaitable[N
         created = ledger.since(trial.prepared)
         where = trial.describe()
         if op.kind == "commit":
-            transaction = ledger.created[ledger.marks[id(trial.prepared)] - 1]
+            machine = ledger.created[ledger.marks[id(trial.prepared)] - 1]
             if trial.returned:
                 assert trial.value is True, where
-                assert transaction.state is TxnState.COMMITTED, where
+                assert machine.state is TxnState.COMMITTED, (describe(machine), where)
             elif trial.expected == "before":
-                assert transaction.state in (TxnState.READY, TxnState.ROLLED_BACK), where
+                assert machine.state in (TxnState.READY, TxnState.ROLLED_BACK), (
+                    describe(machine),
+                    where,
+                )
             else:
-                assert transaction.state is TxnState.COMMITTED, where
+                assert machine.state is TxnState.COMMITTED, (describe(machine), where)
             assert not created, where
             return
+        if op.kind == "measured":  # one request, at most one machine (none if it failed
+            # while planning, before the negotiation started)
+            assert len(created) <= 1, ([describe(m) for m in created], where)
         if trial.returned and op.kind == "measured":
             result = trial.value
             assert isinstance(result, dict), where
+            assert len(created) == 1, where
             check_view_invariants(list(op.history), result["base_view"], factory_text=factory_text)
             returned = result["transaction"]
-            for transaction in created:
-                if transaction is returned:
-                    assert transaction.state is TxnState.READY, where
+            ours = None if returned is None else ledger.machine_of(returned)
+            assert ours is None or ours in created, where
+            for machine in created:
+                if machine is ours:
+                    assert machine.state is TxnState.READY, (describe(machine), where)
                 else:
-                    assert transaction.state in TERMINAL, (transaction, where)
+                    assert machine.state in TERMINAL, (describe(machine), where)
             if op.outcome is not None:
                 assert result["outcome"] == op.outcome, where
             return
-        for transaction in created:  # nothing may leak from a request that raised
-            assert transaction.state is TxnState.ROLLED_BACK, (transaction, where)
+        for machine in created:  # nothing may leak from a request that raised
+            assert machine.state is TxnState.ROLLED_BACK, (describe(machine), where)
         if trial.returned:
             check_view_invariants(
                 list(op.history),

@@ -1,7 +1,8 @@
 """Checkpoint discipline (RELIABILITY T13, C5), on anyio's trio backend.
 
-- The synchronous ``RequestTransaction`` API (``fire``, ``stage``, ``apply``, ``rollback``
-  and the read-only properties) never checkpoints: the commit step cannot be interrupted.
+- The transaction's synchronous API (the machine's driver methods, its transition
+  function ``_fire`` with the commit step, ``rollback``, and the handle's ``rollback`` and
+  read-only properties) never checkpoints: the commit step cannot be interrupted.
 - Every public async operation notices a cancelled caller at entry, before any effect
   (the "cancel point" half of a checkpoint), on both backends.
 - A fast-path call (no factory, no hooks, nothing to deliver) is a full trio checkpoint
@@ -20,9 +21,11 @@ import trio.testing
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.negotiator.transaction import (
+    TERMINAL,
     RequestTransaction,
     TxnEvent,
     TxnState,
+    _Machine,
 )
 from amplifier_module_context_simple.testing import snapshot
 from tests.reliability.harness import (
@@ -49,28 +52,46 @@ async def ready_transaction() -> tuple[SimpleContextManager, RequestTransaction]
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_the_synchronous_transaction_api_never_checkpoints(anyio_backend: str) -> None:
+    """The machine's synchronous API (every driver method, the transition function with
+    its commit step, ``rollback``) and the handle's ``rollback`` and read-only properties
+    never checkpoint."""
     manager, ready = await ready_transaction()
-    staged = ready.staged
+    seam = await manager.open_negotiation(None, [])
+    finishing = await manager.open_negotiation(None, [])
     with trio.testing.assert_no_checkpoints():
-        # a fresh transaction walked through every legal event, staging on the way
-        txn = RequestTransaction(manager, manager._decisions, manager.version)
-        txn.fire(TxnEvent.COUNT)
-        txn.fire(TxnEvent.RECORD)
-        txn.fire(TxnEvent.REDUCE)
-        txn.stage(staged)
-        txn.fire(TxnEvent.COUNT)
-        txn.fire(TxnEvent.RECORD)
-        txn.fire(TxnEvent.FIT)
-        txn.fire(TxnEvent.FITTED)
-        assert txn.state is TxnState.READY and txn.has_changes and not txn.is_terminal
-        txn.apply()
-        assert txn.state is TxnState.COMMITTED
+        # a fresh machine walked through every legal non-terminal event, staging on the way
+        candidates = [c for rung in seam.rungs if (c := seam.step(rung)) is not None]
+        assert candidates
+        machine = _Machine(seam)
+        machine.counting()
+        machine.counted()
+        machine.stage(candidates[0])
+        machine.stage(candidates[-1])
+        machine.counting()
+        machine.counted()
+        machine.fitting()
+        machine.no_fit()
+        machine.fitting()
+        machine.fitted(seam.finalised(candidates[-1], outcome="reduced_output"))
+        assert machine.state is TxnState.READY and machine.has_changes
+        assert machine.state not in TERMINAL
+        other = _Machine(finishing)
+        other.finish(finishing.base)
+        assert other.state is TxnState.READY and not other.has_changes
+        other.rollback()
+        # the synchronous commit step: the table's COMMIT entry (check, then apply)
+        machine._fire(TxnEvent.COMMIT)
+        assert machine.state is TxnState.COMMITTED
+        assert manager._decisions is machine.staged.decisions
         # rollback of the now stale READY transaction (and of a terminal one) is synchronous
         ready.rollback()
         ready.rollback()
-        txn.rollback()
-        assert ready.state is TxnState.ROLLED_BACK and txn.state is TxnState.COMMITTED
-        _ = (txn.stats, txn.staged, repr(txn), manager.version)
+        machine.rollback()
+        machine._fire(TxnEvent.COMMIT)
+        assert ready.state is TxnState.ROLLED_BACK and machine.state is TxnState.COMMITTED
+        assert other.state is TxnState.ROLLED_BACK
+        _ = (ready.stats, ready.conflict, ready.has_changes, repr(ready), manager.version)
+        _ = (machine.staged, machine.conflict, machine.has_changes)
 
 
 Call = Callable[[SimpleContextManager], Awaitable[Any]]

@@ -208,16 +208,18 @@ async def test_a_crashing_budget_delivery_rolls_the_negotiation_back(anyio_backe
 async def test_a_crashing_compaction_delivery_keeps_the_commit(anyio_backend: str) -> None:
     hooks = FailingHooks(crash=frozenset({"context:compaction"}))
     manager = await measured_store(FaultyHooks())
-    result = await manager.get_measured_request_view(
-        provider=None, retain_contents=[], count_view=counting(proportional(0.3))
-    )
+    with track_transactions() as ledger:
+        result = await manager.get_measured_request_view(
+            provider=None, retain_contents=[], count_view=counting(proportional(0.3))
+        )
     transaction: RequestTransaction = result["transaction"]
     manager.hooks = hooks
     before = snapshot(manager)
     with pytest.raises(Crash):
         await transaction.commit()
     assert transaction.state is TxnState.COMMITTED
-    assert manager._decisions is transaction.staged
+    assert manager._decisions is ledger.machine_of(transaction).staged.decisions
+    assert manager.last_compaction_stats is transaction.stats
     assert snapshot(manager).version == (before.version[0], before.version[1] + 1)
     transaction.rollback()  # a no-op once committed
     assert await transaction.commit() is True

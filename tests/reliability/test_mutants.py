@@ -27,6 +27,7 @@ T13 checkpoints             entries only check for cancellation (no yield)   ass
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
 import anyio
@@ -40,19 +41,20 @@ import amplifier_module_context_simple.context.history as history_module
 import amplifier_module_context_simple.context.store as manager_module
 import amplifier_module_context_simple.negotiator.driver as driver_module
 from amplifier_module_context_simple import SimpleContextManager
+from amplifier_module_context_simple.context.decisions import Decisions
 from amplifier_module_context_simple.context.ladder import Ladder
 from amplifier_module_context_simple.context.render import Rendered
+from amplifier_module_context_simple.context.store import ContextStore
 from amplifier_module_context_simple.errors import (
     CountContractError,
     TransactionConflictError,
-    TransactionStateError,
 )
 from amplifier_module_context_simple.negotiator.driver import Negotiation
 from amplifier_module_context_simple.negotiator.transaction import (
     TRANSITIONS,
-    RequestTransaction,
     TxnEvent,
     TxnState,
+    _Machine,
 )
 from amplifier_module_context_simple.testing import (
     CANCEL,
@@ -119,7 +121,7 @@ def finds_failure(strategy: Any, body: Any) -> BaseException | None:
 # -- T1/T2/T4: the sweeps ------------------------------------------------------------------------
 
 
-async def commit_delivering_first(self: RequestTransaction, *, is_cancelled: Any = None) -> bool:
+async def commit_delivering_first(self: _Machine, is_cancelled: Any) -> bool:
     await anyio.lowlevel.checkpoint_if_cancelled()
     if self.state is TxnState.COMMITTED:
         return True
@@ -130,18 +132,18 @@ async def commit_delivering_first(self: RequestTransaction, *, is_cancelled: Any
         return False
     stats = self.staged.stats
     if self.has_changes and stats is not None:
-        await self._store.deliver_compaction(stats)  # MUTANT: delivered before applying
+        await self._seam.deliver_compaction(stats)  # MUTANT: delivered before applying
     try:
-        self.apply()
+        self._fire(TxnEvent.COMMIT)
     except TransactionConflictError:
         return False
     return True
 
 
-async def commit_applying_first(self: RequestTransaction, *, is_cancelled: Any = None) -> bool:
+async def commit_applying_first(self: _Machine, is_cancelled: Any) -> bool:
     if self.state is TxnState.READY:
         try:
-            self.apply()  # MUTANT: applied before the cancellation check
+            self._fire(TxnEvent.COMMIT)  # MUTANT: applied before the cancellation check
         except TransactionConflictError:
             return False
     await anyio.lowlevel.checkpoint_if_cancelled()
@@ -149,13 +151,11 @@ async def commit_applying_first(self: RequestTransaction, *, is_cancelled: Any =
         return False
     stats = self.staged.stats
     if self.has_changes and stats is not None:
-        await self._store.deliver_compaction(stats)
+        await self._seam.deliver_compaction(stats)
     return self.state is TxnState.COMMITTED
 
 
-async def commit_shielded_delivery_first(
-    self: RequestTransaction, *, is_cancelled: Any = None
-) -> bool:
+async def commit_shielded_delivery_first(self: _Machine, is_cancelled: Any) -> bool:
     await anyio.lowlevel.checkpoint_if_cancelled()
     if self.state is not TxnState.READY:
         return self.state is TxnState.COMMITTED
@@ -165,9 +165,9 @@ async def commit_shielded_delivery_first(
     stats = self.staged.stats
     if self.has_changes and stats is not None:
         with anyio.CancelScope(shield=True):  # MUTANT: "safe" because shielded...
-            await self._store.deliver_compaction(stats)
+            await self._seam.deliver_compaction(stats)
     try:
-        self.apply()
+        self._fire(TxnEvent.COMMIT)
     except TransactionConflictError:
         return False
     return True
@@ -175,14 +175,21 @@ async def commit_shielded_delivery_first(
 
 @pytest.mark.anyio
 @pytest.mark.parametrize(
-    "mutant", [commit_delivering_first, commit_applying_first], ids=["deliver-first", "apply-first"]
+    ("mutant", "failure"),
+    [
+        # cancelled while delivering: nothing applied, though delivery had started
+        (commit_delivering_first, "a fault interrupting a boundary delivery must keep the commit"),
+        # cancelled at the checkpoint after the commit step: applied, yet it raised
+        (commit_applying_first, "raised but store != before"),
+    ],
+    ids=["deliver-first", "apply-first"],
 )
 async def test_the_commit_sweep_catches_a_misordered_commit(
-    mutant: Any, monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+    mutant: Any, failure: str, monkeypatch: pytest.MonkeyPatch, anyio_backend: str
 ) -> None:
     await run_sweep(COMMIT, None, CANCEL, False)  # the real commit passes
-    monkeypatch.setattr(RequestTransaction, "commit", mutant)
-    with pytest.raises(SweepFailure, match="store"):
+    monkeypatch.setattr(_Machine, "commit", mutant)
+    with pytest.raises(SweepFailure, match=failure):
         await run_sweep(COMMIT, None, CANCEL, False)
 
 
@@ -210,7 +217,9 @@ async def test_the_negotiation_sweep_catches_a_missing_rollback(
     monkeypatch: pytest.MonkeyPatch, anyio_backend: str
 ) -> None:
     async def run_without_rollback(self: Negotiation) -> dict[str, Any]:
-        return await self._run()  # MUTANT: no rollback on BaseException
+        result = await self._run()  # MUTANT: no rollback on BaseException
+        await self.seam.close(self.final, result["measured_after"])
+        return result
 
     monkeypatch.setattr(Negotiation, "run", run_without_rollback)
     with pytest.raises(AssertionError, match="state=COUNTING"):
@@ -223,7 +232,7 @@ async def test_only_the_native_sweep_catches_a_shielded_delivery_before_the_comm
     monkeypatch: pytest.MonkeyPatch, anyio_backend: str
 ) -> None:
     """RELIABILITY section 2: native ``Task.cancel()`` pierces anyio shields."""
-    monkeypatch.setattr(RequestTransaction, "commit", commit_shielded_delivery_first)
+    monkeypatch.setattr(_Machine, "commit", commit_shielded_delivery_first)
     await run_sweep(COMMIT, None, CANCEL, False)  # the shield fools the anyio sweep
     with pytest.raises(SweepFailure, match="boundary delivery must keep the commit"):
         await run_sweep(COMMIT, None, NATIVE, False)
@@ -262,10 +271,12 @@ async def test_the_compound_harness_catches_a_replaced_error(
 ) -> None:
     async def run_replacing_errors(self: Negotiation) -> dict[str, Any]:
         try:
-            return await self._run()
+            result = await self._run()
+            await self.seam.close(self.final, result["measured_after"])
         except BaseException as error:
-            self.txn.rollback()
+            self.machine.rollback()
             raise CountContractError("negotiation failed") from error  # MUTANT
+        return result
 
     monkeypatch.setattr(Negotiation, "run", run_replacing_errors)
     with pytest.raises(SweepFailure, match="undocumented error type CountContractError"):
@@ -276,8 +287,22 @@ async def test_the_compound_harness_catches_a_replaced_error(
 async def test_the_bad_value_harness_catches_missing_count_validation(
     monkeypatch: pytest.MonkeyPatch, anyio_backend: str
 ) -> None:
-    monkeypatch.setattr(driver_module, "_non_negative_int", lambda value: value)  # MUTANT
-    caught: list[str] = []
+    """Without count validation, bad counts reach the result (the T6 result check rejects
+    them) or crash the driver with an undocumented error type (error typing)."""
+    for value in (True, -1, 1.5, "12", None):
+
+        async def count_view(view: list[dict[str, Any]], value: Any = value) -> Any:
+            envelope = proportional(0.3)(view)
+            envelope["budget_decision"]["measurement"]["input_tokens"] = value
+            envelope["budget_decision"]["estimated_input_tokens"] = value
+            return envelope
+
+        # the real driver rejects every one of them, typed
+        assert await negotiate_and_judge(await measured_store(), count_view) == (
+            "CountContractError"
+        )
+    monkeypatch.setattr(driver_module, "_count", lambda value: value)  # MUTANT
+    caught: dict[str, str] = {}
     for value in (True, -1, 1.5, "12", None):
 
         async def count_view(view: list[dict[str, Any]], value: Any = value) -> Any:
@@ -288,9 +313,18 @@ async def test_the_bad_value_harness_catches_missing_count_validation(
 
         try:
             await negotiate_and_judge(await measured_store(), count_view)
+        except AssertionError as error:
+            line = traceback.extract_tb(error.__traceback__)[-1].line or ""
+            caught[repr(value)] = "result check" if "_count_field(" in line else line
         except Exception as error:
-            caught.append(f"{value!r}: {type(error).__name__}")
-    assert caught, "the mutant slipped through every bad count"
+            caught[repr(value)] = f"untyped {type(error).__name__}"
+    assert caught == {
+        "True": "result check",  # a bool is no count: measured_before=True
+        "-1": "result check",
+        "1.5": "result check",
+        "'12'": "untyped TypeError",  # the driver compares a str with the trigger
+        # (None still fails typed: the missing estimate is rejected before the count)
+    }, caught
 
 
 # -- T8 -------------------------------------------------------------------------------------------
@@ -299,14 +333,14 @@ async def test_the_bad_value_harness_catches_missing_count_validation(
 def test_the_state_machine_catches_an_illegal_event_with_an_effect(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    original = RequestTransaction.fire
+    original = _Machine._fire
 
-    def fire_with_effect(self: RequestTransaction, event: TxnEvent) -> TxnState:
+    def fire_with_effect(self: _Machine, event: TxnEvent, candidate: Any = None) -> None:
         if event not in TRANSITIONS[self.state]:
             self._staged = self._base  # MUTANT: an effect before the legality error
-        return original(self, event)
+        original(self, event, candidate)
 
-    monkeypatch.setattr(RequestTransaction, "fire", fire_with_effect)
+    monkeypatch.setattr(_Machine, "_fire", fire_with_effect)
     with pytest.raises(AssertionError, match="an illegal event changed"):
         run_state_machine_as_test(
             StoreMachine, settings=settings(SEARCH, max_examples=200, stateful_step_count=25)
@@ -346,7 +380,7 @@ def test_the_view_properties_catch_missing_synthesized_results(
 
 
 def test_the_view_properties_catch_a_leaked_sequence_id(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = SimpleContextManager.render
+    original = SimpleContextManager._render
 
     def leaking_render(self: SimpleContextManager, plan: Any, decisions: Any) -> Rendered:
         rendered = original(self, plan, decisions)
@@ -355,7 +389,7 @@ def test_the_view_properties_catch_a_leaked_sequence_id(monkeypatch: pytest.Monk
                 message["metadata"] = {**(message.get("metadata") or {}), "_seq": position}
         return rendered
 
-    monkeypatch.setattr(SimpleContextManager, "render", leaking_render)
+    monkeypatch.setattr(SimpleContextManager, "_render", leaking_render)
     failure = finds_failure(cases(), scenario)
     assert isinstance(failure, ViewInvariantError) and failure.code == "bookkeeping-leak", failure
 
@@ -387,16 +421,13 @@ def test_the_corruption_properties_catch_missing_validation(
 async def test_the_concurrency_harness_catches_a_commit_without_version_check(
     monkeypatch: pytest.MonkeyPatch, anyio_backend: str
 ) -> None:
-    def apply_unchecked(self: RequestTransaction) -> None:
-        if TxnEvent.COMMIT not in TRANSITIONS[self.state]:
-            raise TransactionStateError(TxnEvent.COMMIT.value, self.state.name)
-        if self.has_changes:  # MUTANT: no version check
-            self._store.apply_decisions(self.staged)
-        self.fire(TxnEvent.COMMIT)
+    def commit_unchecked(self: ContextStore, decisions: Decisions, version: Any) -> None:
+        self._decisions = decisions  # MUTANT: no version check
+        self._commit_version += 1
 
     arguments = ([[0], [1, 0], [2]], [0, 1, 2, 3], [0.3, 0.5, 0.3, 0.3])
     await concurrent_negotiations(*arguments)  # the real commit passes
-    monkeypatch.setattr(RequestTransaction, "apply", apply_unchecked)
+    monkeypatch.setattr(ContextStore, "_commit", commit_unchecked)
     with pytest.raises(AssertionError, match="commits won"):
         await concurrent_negotiations(*arguments)
 
