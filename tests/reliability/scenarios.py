@@ -21,11 +21,11 @@ from amplifier_module_context_simple.testing import (
     freeze,
     snapshot,
 )
+from tests.context import invariants as context_oracle
 from tests.reliability.harness import (
     EXAMPLES,
     PROMPT,
     check_known,
-    counting,
     mixed_history,
     proportional,
     track_transactions,
@@ -71,7 +71,18 @@ async def admit(manager: SimpleContextManager, messages: list[Any], via_add: boo
     return accepted
 
 
-def check(history: list[Any], view: Any, *, known: bool = False, **kwargs: Any) -> None:
+def check(
+    history: list[Any],
+    view: Any,
+    *,
+    known: bool = False,
+    stored: bool = False,
+    **kwargs: Any,
+) -> None:
+    """Every view: the shipped oracle (``testing.check_view_invariants``); for the admitted
+    history (not ``stored``, which carries the store's bookkeeping) also the context suite's
+    independent oracle; for valid histories (not ``known``, the corrupted ones) also the
+    providers' rules for OpenAI and Anthropic (``provider_rules``)."""
     if known:
         report = check_known(history, view, **kwargs)
         if report is None:
@@ -79,12 +90,22 @@ def check(history: list[Any], view: Any, *, known: bool = False, **kwargs: Any) 
     else:
         report = check_view_invariants(history, view, **kwargs)
         json.dumps(view)
+    if not stored:
+        oracle = {k: v for k, v in kwargs.items() if k in ("factory_text", "retained")}
+        other = context_oracle.check_view_invariants(history, view, **oracle)
+        assert other.synthesized == set(report.synthesized), (other, report)
+        if other.list_results:
+            EXAMPLES["views with a list-content result"] += 1
+    if not known and not stored:
+        context_oracle.check_provider_rules(view, history)
     if report.reduced:
         EXAMPLES["views with reduced messages"] += 1
     if report.notice:
         EXAMPLES["views with the compaction notice"] += 1
     if report.pending:
         EXAMPLES["views with a pending call"] += 1
+    if report.synthesized:
+        EXAMPLES["views with a synthesized result"] += 1
 
 
 async def settle(
@@ -122,7 +143,14 @@ async def requests(
         stored = manager.messages
         view = await manager.get_messages_for_request(token_budget=budget)
         check(history, view, known=known, factory_text=factory_text)
-        check(stored, view, known=known, factory_text=factory_text, canonical=manager.messages)
+        check(
+            stored,
+            view,
+            known=known,
+            stored=True,
+            factory_text=factory_text,
+            canonical=manager.messages,
+        )
         views.append(freeze(view))
         view = await settle(manager, history, view, budget, known=known, factory_text=factory_text)
         await check_isolation(
@@ -148,18 +176,28 @@ async def requests(
 
 
 async def measured(history: list[Any], config: dict[str, Any], budget: int, known: bool) -> Any:
-    """A negotiated request, committed; the committed decisions give valid later views."""
+    """A negotiated request, committed; every candidate view the negotiation counts, its
+    final view and the committed decisions' later views are checked."""
     manager = SimpleContextManager(**config, token_meter="actual", max_tokens=budget)
     await manager.set_messages(history)
-    result = await manager.get_measured_request_view(
-        provider=None, retain_contents=[], count_view=counting(proportional(0.3))
-    )
+    rule = proportional(0.3)
+
+    async def count_view(view: list[dict[str, Any]]) -> Any:
+        check(history, view, known=known)
+        EXAMPLES["negotiated candidate views"] += 1
+        return rule(view)
+
+    with track_transactions() as ledger:
+        result = await manager.get_measured_request_view(
+            provider=None, retain_contents=[], count_view=count_view
+        )
     check(history, result["base_view"], known=known)
     transaction = result["transaction"]
     if transaction is not None:
         assert transaction.state is TxnState.READY
         assert await transaction.commit() is True
-        assert manager._decisions is transaction.staged
+        assert manager._decisions is ledger.machine_of(transaction).staged.decisions
+        assert manager.last_compaction_stats is transaction.stats
     check(history, await manager.get_messages_for_request(token_budget=budget), known=known)
     return freeze(result["base_view"])
 
@@ -188,7 +226,21 @@ async def scenario(case: dict[str, Any], *, known: bool = False) -> list[Any]:
         known=known,
     )
     views.append(await measured(accepted, case["config"], budgets[0], known))
+    if not known:
+        tally(history)
     return views
+
+
+def tally(history: History) -> None:
+    """Count one T9 example by what its history holds."""
+    if history.unanswered:
+        EXAMPLES["T9 histories with a call left unanswered mid-history"] += 1
+    if history.early or history.late:
+        EXAMPLES["T9 histories with a result before its call or after a later turn"] += 1
+    if history.list_results:
+        EXAMPLES["T9 histories with a list-content result"] += 1
+    if history.images:
+        EXAMPLES["T9 histories with an image block in a result"] += 1
 
 
 @st.composite
@@ -278,7 +330,7 @@ async def negotiate_and_judge(
         except TYPED as error:
             after = snapshot(manager)
             assert after == before and after.same_objects(before), error
-            assert all(t.state is TxnState.ROLLED_BACK for t in ledger.created)
+            assert [t.state for t in ledger.created] == [TxnState.ROLLED_BACK]
             return type(error).__name__
     assert result["outcome"] in OUTCOMES, result
     assert _count_field(result["measured_before"]), result
@@ -286,8 +338,10 @@ async def negotiate_and_judge(
     assert type(result["count_calls"]) is int and result["count_calls"] >= 1, result
     check_view_invariants(HISTORY, result["base_view"], factory_text=None)
     transaction = result["transaction"]
+    ours = None if transaction is None else ledger.machine_of(transaction)
+    assert len(ledger.created) == 1 and (ours is None or ours in ledger.created)
     for created in ledger.created:
-        assert created is transaction or created.state is TxnState.ROLLED_BACK
+        assert created is ours or created.state is TxnState.ROLLED_BACK
     if transaction is not None:
         assert transaction.state is TxnState.READY
         assert await transaction.commit() is True
@@ -338,9 +392,10 @@ async def concurrent_negotiations(
             )
         )
 
-    async with anyio.create_task_group() as group:
-        for i in range(len(waits)):
-            group.start_soon(negotiate, i)
+    with track_transactions() as ledger:
+        async with anyio.create_task_group() as group:
+            for i in range(len(waits)):
+                group.start_soon(negotiate, i)
     assert snapshot(manager).decisions_ref == base.decisions_ref  # nothing applied yet
     transactions = [r["transaction"] for r in results if r["transaction"] is not None]
     assert all(t.state is TxnState.READY for t in transactions)
@@ -360,7 +415,8 @@ async def concurrent_negotiations(
     if winners:
         (winner,) = winners
         assert order[0] == winner  # the first commit wins
-        assert manager._decisions is transactions[winner].staged
+        assert manager._decisions is ledger.machine_of(transactions[winner]).staged.decisions
+        assert manager.last_compaction_stats is transactions[winner].stats
         assert manager.version == (base.version[0], base.version[1] + 1)
     for i, transaction in enumerate(transactions):
         if i not in winners:

@@ -3,6 +3,18 @@ formats (mixed within one history), corrupted histories, junk values and bad sea
 
 Histories are built from JSON values only (so every view must ``json.dumps``). Each
 message's text starts with a unique tag so a view message traces back to one source.
+Besides parallel calls whose results arrive in any order, split across messages and
+around machine messages, and an optional pending tail, each history draws which faults it
+may contain, then draws them per round:
+
+- *unanswered*: some or all results of a round never arrive, later turns follow (a later
+  assistant turn or a person's turn closes the round: views answer the calls with
+  synthesized results);
+- *early*: a result message admitted before its call (an orphan; its call is unanswered);
+- *late*: a result message admitted after the next assistant message (an orphan);
+- *lists*: results whose content is a list of blocks - ``role: tool`` list content in
+  the OpenAI and Amplifier formats, ``tool_result`` list content in the Anthropic format -
+  of text blocks, sometimes an image block.
 """
 
 from __future__ import annotations
@@ -27,6 +39,11 @@ BODIES = (
     "<system-reminder>The user prefers short answers.</system-reminder>",
 )
 KNOWN_IDS = ("call_1", "amp_2", "toolu_3", "call_4", "toolu_5", "amp_6")
+IMAGE = {
+    "type": "image",
+    "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
+}
+FAULTS = ("unanswered", "early", "late", "lists")
 
 
 def fill(style: str, size: int) -> str:
@@ -40,14 +57,24 @@ class History:
     bodies: list[str] = field(default_factory=list)
     """Bodies of the persisted reminder envelopes (possibly repeated)."""
     formats: set[str] = field(default_factory=set)
+    faults: frozenset[str] = frozenset()
+    """The faults this history may contain (``FAULTS``)."""
+    unanswered: int = 0
+    """Rounds left with results missing, followed by other messages."""
+    early: int = 0
+    late: int = 0
+    list_results: int = 0
+    images: int = 0
 
 
 class _Builder:
-    def __init__(self, draw: Any) -> None:
+    def __init__(self, draw: Any, faults: frozenset[str] = frozenset()) -> None:
         self.draw = draw
         self.tags = 0
         self.ids = 0
-        self.out = History([])
+        self.out = History([], faults=faults)
+        self.deferred: list[dict[str, Any]] = []
+        """Late results: admitted right after the next assistant message."""
 
     def text(self, sizes: tuple[int, ...] = SIZES) -> str:
         self.tags += 1
@@ -56,6 +83,24 @@ class _Builder:
 
     def add(self, message: dict[str, Any]) -> None:
         self.out.messages.append(message)
+        if message["role"] == "assistant" and self.deferred:
+            self.out.messages.extend(self.deferred)
+            self.out.late += len(self.deferred)
+            self.deferred = []
+
+    def content(self) -> Any:
+        """A result's content: text, or (faults include lists) sometimes a block list."""
+        text = self.text()
+        if "lists" not in self.out.faults or self.draw(st.integers(0, 2)):
+            return text
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": text}]
+        if self.draw(st.integers(0, 2)) == 0:
+            blocks.insert(self.draw(st.integers(0, 1)), dict(IMAGE))
+            self.out.images += 1
+        if self.draw(st.booleans()):
+            blocks.append({"type": "text", "text": self.text((0, 12, 80))})
+        self.out.list_results += 1
+        return blocks
 
     def call_ids(self, fmt: str, n: int) -> list[str]:
         ids = []
@@ -86,29 +131,50 @@ class _Builder:
             blocks += [{"type": "tool_use", "id": i, "name": "grep", "input": {}} for i in ids]
             self.add({"role": "assistant", "content": blocks})
         order = draw(st.permutations(ids))
+        faults = self.out.faults
         if not answered:
             order = order[: draw(st.integers(0, len(order) - 1))]
+        elif "unanswered" in faults and draw(st.integers(0, 2)) == 0:
+            order = order[: draw(st.integers(0, len(order) - 1))]
+            self.out.unanswered += 1
+        call_at = len(self.out.messages) - 1
+        start = len(self.out.messages)
         if fmt == "anthropic":
             while order:
                 take = draw(st.integers(1, len(order)))
                 chunk, order = order[:take], order[take:]
                 results = [
-                    {"type": "tool_result", "tool_use_id": i, "content": self.text()} for i in chunk
+                    {"type": "tool_result", "tool_use_id": i, "content": self.content()}
+                    for i in chunk
                 ]
                 self.add({"role": "user", "content": results})
                 if order and draw(st.booleans()):
                     self.machine()  # results of one call split around another message
         else:
             for position, i in enumerate(order):
-                self.add({"role": "tool", "tool_call_id": i, "content": self.text()})
+                self.add({"role": "tool", "tool_call_id": i, "content": self.content()})
                 if position < len(order) - 1 and draw(st.integers(0, 4)) == 0:
                     self.machine()
+        carriers = [
+            i
+            for i in range(start, len(self.out.messages))
+            if self.out.messages[i]["role"] != "user"
+            or not isinstance(self.out.messages[i]["content"], str)
+        ]
+        if not answered or not carriers:
+            return
+        if "early" in faults and draw(st.integers(0, 3)) == 0:
+            moved = self.out.messages.pop(draw(st.sampled_from(carriers)))
+            self.out.messages.insert(call_at, moved)
+            self.out.early += 1
+        elif "late" in faults and draw(st.integers(0, 3)) == 0:
+            self.deferred.append(self.out.messages.pop(draw(st.sampled_from(carriers))))
 
 
 @st.composite
 def histories(draw: Any, *, max_turns: int = 6, pending: bool = True) -> History:
-    """A valid conversation mixing the three tool formats."""
-    b = _Builder(draw)
+    """A valid conversation mixing the three tool formats (faults drawn per history)."""
+    b = _Builder(draw, frozenset(draw(st.sets(st.sampled_from(FAULTS)))))
     if draw(st.booleans()):
         b.add({"role": "system", "content": b.text((12, 80, 300))})
     if draw(st.integers(0, 3)) == 0:
@@ -128,6 +194,7 @@ def histories(draw: Any, *, max_turns: int = 6, pending: bool = True) -> History
             b.add({"role": "assistant", "content": b.text((12, 80, 300))})
     if pending and draw(st.integers(0, 3)) == 0:
         b.tool_round(answered=False)
+    b.out.messages.extend(b.deferred)  # no later assistant message: still in their run
     return b.out
 
 
