@@ -62,13 +62,36 @@ class RetainedContentMissingError(ContextLengthError, ValueError):
 class RequiredContentTooLargeError(ContextLengthError):
     """Raised when protected/required content alone cannot fit the request budget.
 
+    ``required`` (also ``estimated``) is our estimate of what had to be sent, ``budget``
+    (also ``limit``) the budget it had to fit, ``rung`` the deepest reduction reached
+    (0 before compaction; 9 once the protected floor itself was reduced) and ``reason``
+    a short code: ``"required_over_budget"`` (checked before compaction),
+    ``"hard_fit_over_budget"`` or ``"final_over_budget"`` (the view with its notice).
     The canonical history and every committed decision are unchanged.
     """
 
-    def __init__(self, message: str, *, budget: int | None = None, required: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        budget: int | None = None,
+        required: int | None = None,
+        rung: int = 0,
+        reason: str = "required_over_budget",
+    ):
         super().__init__(message)
         self.budget = budget
         self.required = required
+        self.rung = rung
+        self.reason = reason
+
+    @property
+    def estimated(self) -> int | None:
+        return self.required
+
+    @property
+    def limit(self) -> int | None:
+        return self.budget
 
 
 class CountContractError(TypeError):

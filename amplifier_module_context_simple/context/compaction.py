@@ -195,6 +195,8 @@ class Compactor:
                 "Required content was not discarded.",
                 budget=plan.budget,
                 required=ladder.total,
+                rung=9 if ladder.floor_truncated or ladder.floor_removed else ladder.level,
+                reason="hard_fit_over_budget",
             )
         mark = (
             FloorMark(plan.epoch, plan.effective, target, ladder.total, plan.length)

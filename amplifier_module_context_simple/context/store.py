@@ -498,6 +498,8 @@ class ContextStore:
                 "Required content was not discarded.",
                 budget=plan.budget,
                 required=total,
+                rung=self._decisions.level,
+                reason="final_over_budget",
             )
 
     def _with_notice(
