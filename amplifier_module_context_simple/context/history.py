@@ -206,7 +206,7 @@ def public_form(admitted: Mapping[str, Any], drop_results: frozenset[str]) -> di
             k: v for k, v in metadata.items() if k != SEQ_KEY and k not in PUBLIC_METADATA_KEYS
         }
     content = admitted.get("content")
-    if isinstance(content, list):
+    if isinstance(content, list) and admitted.get("role") != "assistant":
         tidy = _results_first(content, drop_results)
         if tidy is not None:
             message["content"] = tidy
@@ -377,10 +377,10 @@ class History:
         public: dict[str, Any] | None
         if info.reference_only or (info.is_result_carrier and not in_place):
             public = None
-        elif isinstance(capped.get("content"), list):
+        elif isinstance(capped.get("content"), list) and capped["content"]:
             public = public_form(capped, orphans)
             if not public["content"]:
-                public = None
+                public = None  # it carried nothing but results that answer nothing
         else:
             public = public_form(capped, frozenset())
         renames: dict[str, str] = {}

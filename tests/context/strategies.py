@@ -14,7 +14,21 @@
     ``{"type": "tool_result", "tool_use_id"}`` blocks in later user messages;
 
 - parallel results in a random order, split across several messages, sometimes with a
-  machine-written message between them (pairing is by id, never by adjacency);
+  machine-written message between them (pairing is by id, never by adjacency; views show
+  the results right after their call and the machine message after them);
+- tool results whose content is a list of blocks, in every format: a ``role: tool``
+  message with list content (OpenAI and Amplifier rounds), an Anthropic ``tool_result``
+  block with list content; text blocks, sometimes an image block;
+- faults drawn per history (``Faults``), each then drawn per round:
+
+  * *unanswered*: some (or all) results of a round never arrive and later turns follow
+    (views answer them with synthesized results once a later assistant turn or a person's
+    turn closes the round; a round followed by machine-written messages only is a pending
+    tail);
+  * *early*: a result message admitted before its call (an orphan: never shown; its call
+    is left unanswered);
+  * *late*: a result message admitted after the next assistant message (an orphan; its
+    call is left unanswered);
 - persisted reminder envelopes (``metadata.ephemeral is True and persisted is True``),
   sometimes repeating an earlier body; developer messages; machine (hook) user turns;
   loaded-tool state; history-only reference rows; ``amplifier_public_*`` metadata;
@@ -90,18 +104,54 @@ class Generated:
     pending: bool = False
     """The history ends with a tool call that has at least one missing result."""
     orphans: int = 0
+    unanswered: int = 0
+    """Rounds with results dropped (followed by other messages)."""
+    early: int = 0
+    """Result messages admitted before their call."""
+    late: int = 0
+    """Result messages admitted after a later assistant message."""
+    list_results: int = 0
+    """Results whose content is a list of blocks."""
+    images: int = 0
+    """Image blocks inside tool results."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Which faults a history may contain (drawn once per history)."""
+
+    unanswered: bool = False
+    early: bool = False
+    late: bool = False
+    lists: bool = False
+
+
+NO_FAULTS = Faults()
+IMAGE = {
+    "type": "image",
+    "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
+}
 
 
 class _Builder:
     """Mutable state of one draw: unique tags and ids."""
 
-    def __init__(self, draw: Any, sizes: tuple[int, ...], result_sizes: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        draw: Any,
+        sizes: tuple[int, ...],
+        result_sizes: tuple[int, ...],
+        faults: Faults = NO_FAULTS,
+    ) -> None:
         self.draw = draw
         self.sizes = sizes
         self.result_sizes = result_sizes
+        self.faults = faults
         self.tags = 0
         self.ids = 0
         self.out = Generated(messages=[])
+        self.deferred: list[dict[str, Any]] = []
+        """Late results, admitted right after the next assistant message."""
 
     def tag(self) -> str:
         self.tags += 1
@@ -117,6 +167,35 @@ class _Builder:
 
     def add(self, message: dict[str, Any]) -> None:
         self.out.messages.append(message)
+        shown = not (message.get("metadata") or {}).get("amplifier_public_reference_only")
+        if message.get("role") == "assistant" and shown and self.deferred:
+            self.out.messages.extend(self.deferred)
+            self.out.late += len(self.deferred)
+            self.deferred = []
+
+    def finish(self) -> Generated:
+        """The history; late results with no later assistant message stay in their run."""
+        self.out.messages.extend(self.deferred)
+        self.deferred = []
+        return self.out
+
+    def result_content(self, *, block: bool) -> Any:
+        """A result's content: text, or (when lists are drawn) a list of text blocks,
+        sometimes with an image block."""
+        text = self.text(sizes=self.result_sizes)
+        if not (self.faults.lists and self.draw(ints(0, 2)) == 0) and not (
+            block and self.draw(ints(0, 4)) == 0
+        ):
+            return text
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": text}]
+        if self.faults.lists:
+            if self.draw(ints(0, 2)) == 0:
+                blocks.insert(self.draw(ints(0, 1)), dict(IMAGE))
+                self.out.images += 1
+            if self.draw(BOOLS):
+                blocks.append({"type": "text", "text": self.text(sizes=SMALL_SIZES)})
+        self.out.list_results += 1
+        return blocks
 
     # -- message kinds -----------------------------------------------------------------
 
@@ -228,9 +307,7 @@ class _Builder:
             if fmt == "anthropic":
                 blocks = []
                 for call_id in chunk:
-                    inner: Any = self.text(sizes=self.result_sizes)
-                    if self.draw(ints(0, 4)) == 0:
-                        inner = [{"type": "text", "text": inner}]
+                    inner = self.result_content(block=True)
                     blocks.append({"type": "tool_result", "tool_use_id": call_id, "content": inner})
                 if position == len(chunks) - 1 and self.draw(ints(0, 9)) == 0:
                     # the user typed something alongside the results: a human turn
@@ -240,7 +317,7 @@ class _Builder:
                 message: dict[str, Any] = {
                     "role": "tool",
                     "tool_call_id": chunk[0],
-                    "content": self.text(sizes=self.result_sizes),
+                    "content": self.result_content(block=False),
                 }
                 if fmt == "amplifier":
                     message["name"] = "tool0"
@@ -250,14 +327,32 @@ class _Builder:
         fmt = self.draw(pick(formats))
         self.out.formats.add(fmt)
         ids = [self.call_id(fmt) for _ in range(self.draw(ints(1, 3)))]
+        call_at = len(self.out.messages)
         self.call_message(fmt, ids)
         order = list(self.draw(st.permutations(ids)))
+        faults = self.faults
         if pending:
             answered = self.draw(ints(0, len(ids) - 1))
             order = order[:answered]
             self.out.pending = True
-        if order:
-            self.result_messages(fmt, order)
+        elif faults.unanswered and self.draw(ints(0, 2)) == 0:
+            order = order[: self.draw(ints(0, len(ids) - 1))]
+            self.out.unanswered += 1
+        if not order:
+            return
+        start = len(self.out.messages)
+        self.result_messages(fmt, order)
+        if pending:
+            return
+        carriers = [
+            i for i in range(start, len(self.out.messages)) if result_ids_of(self.out.messages[i])
+        ]
+        if faults.early and self.draw(ints(0, 3)) == 0:
+            moved = self.out.messages.pop(self.draw(pick(tuple(carriers))))
+            self.out.messages.insert(self.draw(ints(max(0, call_at - 2), call_at)), moved)
+            self.out.early += 1
+        elif faults.late and self.draw(ints(0, 3)) == 0:
+            self.deferred.append(self.out.messages.pop(self.draw(pick(tuple(carriers)))))
 
     def orphan(self) -> None:
         """A result no view may show: its call was never made, or made only in a
@@ -298,12 +393,16 @@ def histories(
     system: bool | None = None,
     pending: bool | None = None,
     orphans: bool = False,
+    faults: bool | Faults = True,
     extras: bool = True,
     sizes: tuple[int, ...] = PROSE_SIZES,
     result_sizes: tuple[int, ...] = SIZES,
 ) -> Generated:
-    """A valid history (see the module docstring). ``None`` flags are drawn."""
-    b = _Builder(draw, sizes, result_sizes)
+    """A valid history (see the module docstring). ``None`` flags are drawn; ``faults``
+    True draws the faults of this history, False allows none."""
+    if faults is True:
+        faults = Faults(draw(BOOLS), draw(BOOLS), draw(BOOLS), draw(BOOLS))
+    b = _Builder(draw, sizes, result_sizes, faults or NO_FAULTS)
     if system if system is not None else draw(BOOLS):
         b.add({"role": "system", "content": b.text()})
     if extras and draw(ints(0, 5)) == 0:
@@ -322,7 +421,7 @@ def histories(
     if orphans:
         for _ in range(draw(ints(0, 2))):
             b.orphan()
-    return b.out
+    return b.finish()
 
 
 def configs() -> st.SearchStrategy[dict[str, Any]]:

@@ -1,8 +1,17 @@
 """Property tests over generated histories in all three tool formats (RELIABILITY T9).
 
 Every view, at every pressure, on the ordinary, retaining and hard-fit paths, meets the
-view invariants of RELIABILITY section 7 (items 1-4, 6, 7, 9; see ``invariants.py``), and
-keeps protected content verbatim. A request that fails closed leaves no trace.
+view invariants of RELIABILITY section 7 (items 1-4, 6, 7, 9) by both oracles - this
+suite's ``invariants.py`` and the shipped ``testing.check_view_invariants`` - including
+the providers' tool-use rules (runs, display order, synthesized results for calls a later
+assistant turn left unanswered), keeps protected content verbatim, and passes the
+independent provider oracle (``provider_rules.check_provider_valid``) for OpenAI and
+Anthropic. A request that fails closed leaves no trace.
+
+The histories (``strategies.histories``) draw per history: calls left unanswered
+mid-history, results admitted before their call or after a later assistant turn, and
+results whose content is a list of blocks (sometimes an image). What the runs exercised
+is tallied in ``invariants.EXAMPLES`` and printed at the end of the session.
 """
 
 from __future__ import annotations
@@ -21,13 +30,19 @@ from amplifier_module_context_simple import (
     ContextLengthError,
     RetainedContentMissingError,
     SimpleContextManager,
+    testing,
 )
 from amplifier_module_context_simple.context.estimate import estimate_message
 from tests.context.invariants import (
+    EXAMPLES,
     RecordingHooks,
     StoreState,
+    Synthesized,
+    ViewReport,
     assert_isolated,
+    check_provider_rules,
     check_view_invariants,
+    expected_layout,
     mutate_view,
     strip_notice,
 )
@@ -66,6 +81,46 @@ def scenarios(draw: Any) -> dict[str, Any]:
     }
 
 
+def check_view(
+    history: list[dict[str, Any]],
+    view: list[dict[str, Any]],
+    seen: set[str] | None = None,
+    **kwargs: Any,
+) -> ViewReport:
+    """Both view oracles and the provider oracle (OpenAI and Anthropic) on one view; what
+    the view shows is added to ``seen``."""
+    budget = kwargs.pop("budget", None)
+    report = check_view_invariants(history, view, budget=budget, **kwargs)
+    shipped = testing.check_view_invariants(history, view, **kwargs)
+    assert shipped.synthesized == report.synthesized and shipped.pending == report.pending
+    check_provider_rules(view, history)
+    if seen is not None:
+        if report.synthesized:
+            seen.add("a synthesized result")
+        if report.list_results:
+            seen.add("a list-content result")
+        if report.truncated or report.stubbed:
+            seen.add("reduced messages")
+        if report.notice:
+            seen.add("the compaction notice")
+        if report.pending:
+            seen.add("a pending call")
+    return report
+
+
+def tally(gen: Generated, seen: set[str], prefix: str = "views") -> None:
+    """Count one example: what its history holds and what its views showed."""
+    EXAMPLES[f"{prefix}: examples"] += 1
+    if expected_layout(gen.messages).synthesized:
+        EXAMPLES[f"{prefix}: with an unanswered mid-history call"] += 1
+    if gen.early or gen.late:
+        EXAMPLES[f"{prefix}: with a result before its call or after a later turn"] += 1
+    if gen.images:
+        EXAMPLES[f"{prefix}: with an image block in a result"] += 1
+    for what in sorted(seen):
+        EXAMPLES[f"{prefix}: with {what} in a view"] += 1
+
+
 async def _admit(manager: SimpleContextManager, gen: Generated, via_add: bool) -> None:
     if via_add:
         for message in gen.messages:
@@ -94,9 +149,10 @@ async def run_scenario(case: dict[str, Any]) -> list[int]:
     mutate_view(await manager.get_messages())  # get_messages returns copies too
     assert await manager.get_messages() == canonical
     check = {"factory_text": factory_text, "truncate_chars": config["truncate_chars"]}
+    seen: set[str] = set()
 
     roomy = await manager.get_messages_for_request(token_budget=HUGE)
-    check_view_invariants(gen.messages, roomy, **check)
+    check_view(gen.messages, roomy, seen, **check)
     total = sum(estimate_message(m) for m in roomy)
     levels: list[int] = []
     retain: list[str] = case["retain"]
@@ -109,7 +165,7 @@ async def run_scenario(case: dict[str, Any]) -> list[int]:
         stats = manager.last_compaction_stats
         if stats is not None and stats is not before:
             levels.append(stats["strategy_level"])
-        check_view_invariants(gen.messages, view, **check)
+        check_view(gen.messages, view, seen, **check)
         json.dumps(view)
         assert await manager.get_messages() == canonical
 
@@ -126,8 +182,13 @@ async def run_scenario(case: dict[str, Any]) -> list[int]:
             assert len(hooks.events) == events, "a failed request emitted an event"
         else:
             strict = bool(retain) or case["hard_fit"]
-            check_view_invariants(
-                gen.messages, kept, retained=retain, budget=budget if strict else None, **check
+            check_view(
+                gen.messages,
+                kept,
+                seen,
+                retained=retain,
+                budget=budget if strict else None,
+                **check,
             )
             json.dumps(kept)
             await assert_isolated(
@@ -144,15 +205,17 @@ async def run_scenario(case: dict[str, Any]) -> list[int]:
     again = await assert_isolated(
         manager, view, lambda: manager.get_messages_for_request(token_budget=budget)
     )
-    check_view_invariants(gen.messages, again, **check)
+    check_view(gen.messages, again, seen, **check)
     assert await manager.get_messages() == canonical
+    tally(gen, seen)
     return levels
 
 
 def test_views_meet_invariants_at_every_pressure(caplog: pytest.LogCaptureFixture) -> None:
-    """500 generated histories (three formats, mixed, orphans, pending tails): every view
-    meets the invariants, protected content is verbatim, failures leave no trace, and the
-    budgets reach every rung of the ladder."""
+    """500 generated histories (three formats, mixed, orphans, pending tails, calls left
+    unanswered mid-history, early and late results, list-content results): every view
+    meets both oracles and the providers' rules, protected content is verbatim, failures
+    leave no trace, and the budgets reach every rung of the ladder."""
     caplog.set_level(logging.ERROR)
     seen: set[int] = set()
 
@@ -200,6 +263,7 @@ async def run_growth(case: dict[str, Any]) -> None:
     admitted: list[dict[str, Any]] = []
     canonical: list[dict[str, Any]] = []
     previous: list[dict[str, Any]] = []
+    order: list[tuple[Any, ...]] = []
     for position, message in enumerate(gen.messages):
         await manager.add_message(message)
         await twin.add_message(message)
@@ -212,19 +276,57 @@ async def run_growth(case: dict[str, Any]) -> None:
         canonical = copy.deepcopy(stored)
         events = len(hooks.named("context:compaction"))
         view = await manager.get_messages_for_request(token_budget=budget)
-        check_view_invariants(admitted, view, truncate_chars=config["truncate_chars"])
-        # sticky: without a new compaction the previous view (minus notice) is a prefix
+        check_view(admitted, view, truncate_chars=config["truncate_chars"])
+        # sticky: without a new compaction the previous view (minus notice) is a prefix,
+        # unless the new messages were placed before earlier ones in the display order (a
+        # result before a note admitted after its call, synthesized results once a run
+        # closed with calls unanswered)
         body = strip_notice(view)
-        if len(hooks.named("context:compaction")) == events:
-            assert body[: len(previous)] == previous, "prefix rewritten without compaction"
+        extended = display_order(admitted)
+        appended = extended[: len(order)] == order
+        if len(hooks.named("context:compaction")) == events and appended:
+            # system messages are hoisted: a new one extends the system block, the rest of
+            # the view extends the conversation
+            shown, before = split_systems(body), split_systems(previous)
+            for part in (0, 1):
+                assert shown[part][: len(before[part])] == before[part], (
+                    "prefix rewritten without compaction"
+                )
+        if not appended:
+            EXAMPLES["growth: requests after an insertion into the display order"] += 1
         previous = copy.deepcopy(body)
+        order = extended
         # determinism: a twin fed the same requests gives the same view
         assert await twin.get_messages_for_request(token_budget=budget) == view
 
 
+def split_systems(
+    view: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A view's leading system block and the conversation after it."""
+    count = 0
+    while count < len(view) and view[count].get("role") == "system":
+        count += 1
+    return view[:count], view[count:]
+
+
+def display_order(history: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The display order of ``history`` (``invariants.expected_layout``), as comparable keys."""
+    return [
+        ("synthesized", item.owner, tuple(item.ids))
+        if isinstance(item, Synthesized)
+        else ("message", item.index)
+        for item in expected_layout(history).order
+    ]
+
+
 def test_growth_keeps_invariants_and_is_deterministic(caplog: pytest.LogCaptureFixture) -> None:
-    """Requests between admissions (growing history, sticky decisions): every view is valid,
-    a view extends the previous one unless the request delivered context:compaction, two
+    """Requests between admissions (growing history, sticky decisions): every view is valid
+    (both oracles, both providers), a view extends the previous one (its system block and
+    its conversation each extend the previous ones: system messages are hoisted) unless the
+    request
+    delivered context:compaction or the new messages were placed before earlier ones in the
+    display order (results moved before a note, synthesized results once a run closed), two
     managers fed the same requests return identical views, and the canonical prefix never
     changes."""
     caplog.set_level(logging.ERROR)

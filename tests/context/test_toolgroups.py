@@ -1,8 +1,11 @@
 """Tool groups are linked by id, in every format, never by adjacency (CONTRACT 6.1).
 
-A view never contains a result without its call, nor (except an unanswered tail) a call
-without all of its results; a group leaves a view as one unit; orphan results never
-appear in a view.
+A call's results are those admitted before the next assistant message (its run). A view
+never contains a result without its call, nor (except an unanswered tail) a call without
+all of its results: a call a later assistant turn left unanswered is answered by
+synthesized results right after it; a view shows results right after their call, the
+other messages of the run after them; a group leaves a view as one unit; orphan results
+(never called, called in an earlier run, admitted before their call) never appear.
 """
 
 from __future__ import annotations
@@ -14,8 +17,13 @@ from typing import Any
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.history import History
-from tests.context.invariants import call_ids, check_view_invariants, result_ids
+from amplifier_module_context_simple.context.history import History, synthesized_marker
+from tests.context.invariants import (
+    call_ids,
+    check_provider_rules,
+    check_view_invariants,
+    result_ids,
+)
 from tests.context.strategies import FORMATS, calls, results
 
 BIG = "output line with some detail\n" * 100  # ~3,000 characters
@@ -68,6 +76,9 @@ def tool_turns(fmt: str, turns: int, *, width: int = 3, together: bool = False) 
 
 
 BUDGETS = [40_000, 6_000, 3_000, 1_500, 600, 100]
+FLOOR_BUDGETS = BUDGETS[:-1]
+"""Budgets the protected floor fits: below it (100) the manager reduces the floor itself
+(``Ladder.reduce_floor``: protected results truncated, whole groups removed oldest first)."""
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -101,8 +112,10 @@ async def test_mixed_formats_in_one_history(anyio_backend: str) -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_results_separated_from_their_call(anyio_backend: str, fmt: str) -> None:
-    """Messages between a call and its (split, reordered) results do not break pairing:
-    the group is found by id, not by position."""
+    """Messages admitted between a call and its (split, reordered) results do not break
+    pairing: the group is found by id, not by position, and the view shows the results
+    right after their call, the reminder and developer note after them (new semantics:
+    both providers reject anything between a call and its results)."""
     messages: list[dict[str, Any]] = [human("first request")]
     for turn in range(5):
         ids = [f"s{turn}a", f"s{turn}b"]
@@ -119,7 +132,15 @@ async def test_results_separated_from_their_call(anyio_backend: str, fmt: str) -
             second,
         ]
     messages.append(human("latest request"))
-    for view in await views_at(messages, BUDGETS, protected_tool_results=1):
+    views = await views_at(messages, BUDGETS, protected_tool_results=1)
+    # each round: call, first result, second result, reminder, developer note
+    display = [0]
+    for turn in range(5):
+        start = 1 + 5 * turn
+        display += [start, start + 1, start + 4, start + 2, start + 3]
+    display.append(len(messages) - 1)
+    assert views[0] == [messages[i] for i in display]
+    for view in views:
         declared, answered = shown_ids(view)
         assert declared == answered
 
@@ -153,10 +174,43 @@ async def test_orphan_results_never_in_a_view(anyio_backend: str, fmt: str) -> N
     ]
 
 
+def synthesized_for(fmt: str, ids: list[str]) -> list[dict[str, Any]]:
+    """The shape of the synthesized results a view shows for ``ids`` (text aside)."""
+    if fmt == "anthropic":
+        blocks = [
+            {"type": "tool_result", "tool_use_id": i, "is_error": True, "content": ANY_TEXT}
+            for i in ids
+        ]
+        return [{"role": "user", "content": blocks, "metadata": synthesized_note(ids)}]
+    return [
+        {"role": "tool", "tool_call_id": i, "content": ANY_TEXT, "metadata": synthesized_note([i])}
+        for i in ids
+    ]
+
+
+def synthesized_note(ids: list[str]) -> dict[str, Any]:
+    return {"compaction": {"form": "synthesized", "tool_call_ids": ids}}
+
+
+class _AnyText(str):
+    """Equal to any string that says no result was recorded."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and "No result was recorded" in other
+
+    def __hash__(self) -> int:
+        return 0
+
+
+ANY_TEXT = _AnyText("<no result recorded>")
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
-async def test_partly_answered_call_pins_its_group(anyio_backend: str, fmt: str) -> None:
-    """REFERENCE 49: an assistant that declared A and B with only A answered is never
-    removed (nor is A's result), at any pressure; B stays without a result."""
+async def test_partly_answered_call_gets_a_synthesized_result(anyio_backend: str, fmt: str) -> None:
+    """REFERENCE 49, new semantics: an assistant that declared A and B with only A
+    answered, followed by later assistant turns, is shown with a synthesized error result
+    for B right after the call (before A's real result), and the group (call, synthesized
+    B, A) is then complete: pressure removes it as one unit, never a part of it."""
     messages: list[dict[str, Any]] = [
         human("first request"),
         calls(fmt, ["A", "B"], text=f"two calls {BIG}"),
@@ -165,20 +219,21 @@ async def test_partly_answered_call_pins_its_group(anyio_backend: str, fmt: str)
     for turn in range(6):
         messages += [human(f"follow-up {turn} {BIG}"), {"role": "assistant", "content": BIG}]
     messages.append(human("latest request"))
-    for view in await views_at(messages, BUDGETS, protected_tool_results=0):
-        assert messages[1] in view
-        declared, answered = shown_ids(view)
-        assert {"A", "B"} <= declared and "A" in answered and "B" not in answered
+    views = await views_at(messages, BUDGETS, protected_tool_results=0)
+    assert views[0][:4] == [messages[0], messages[1], *synthesized_for(fmt, ["B"]), messages[2]]
+    assert views[0][4:] == messages[3:]
+    for view in views[1:]:
+        assert shown_ids(view) == (set(), set())
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_protected_zone_keeps_all_parallel_results(anyio_backend: str, fmt: str) -> None:
     """REFERENCE 50: an assistant with 6 calls whose 6 results are in the protected zone
-    keeps all 6 results, in every view."""
+    keeps all 6 results, in every view whose budget the protected floor fits."""
     messages = tool_turns(fmt, 3)
     ids = [f"p{k}" for k in range(6)]
     messages[-1:-1] = [calls(fmt, ids), *results(fmt, {i: f"{i} short" for i in ids})]
-    for view in await views_at(messages, BUDGETS, protected_tool_results=6):
+    for view in await views_at(messages, FLOOR_BUDGETS, protected_tool_results=6):
         declared, answered = shown_ids(view)
         assert set(ids) <= declared and set(ids) <= answered
 
@@ -186,16 +241,37 @@ async def test_protected_zone_keeps_all_parallel_results(anyio_backend: str, fmt
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_protected_sibling_result_vetoes_group_removal(anyio_backend: str, fmt: str) -> None:
     """A group one of whose results is among the last ``protected_tool_results`` results
-    is kept whole, even when its other results are old."""
+    is kept whole, even when its other result was admitted long before (many turns with no
+    assistant message in between, so both results belong to the call's run), in every view
+    whose budget the protected floor fits."""
     messages: list[dict[str, Any]] = [human("first request"), calls(fmt, ["old", "young"])]
     messages += results(fmt, {"old": f"old {BIG}"})
     for turn in range(6):
-        messages += [human(f"turn {turn}"), {"role": "assistant", "content": BIG}]
+        messages += [
+            human(f"turn {turn} {BIG}"),
+            {"role": "user", "content": f"hook note {turn} {BIG}", "metadata": {"source": "hook"}},
+        ]
     messages += results(fmt, {"young": "young, protected"})
     messages.append(human("latest request"))
-    for view in await views_at(messages, BUDGETS, protected_tool_results=1):
+    for view in await views_at(messages, FLOOR_BUDGETS, protected_tool_results=1):
         declared, answered = shown_ids(view)
-        assert {"old", "young"} <= declared and {"old", "young"} <= answered
+        assert declared == answered == {"old", "young"}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_a_result_after_a_later_assistant_turn_is_an_orphan(
+    anyio_backend: str, fmt: str
+) -> None:
+    """New semantics: a result admitted after a later assistant message answers nothing
+    (its call's run is closed): it never reaches a view, and the call's missing id is
+    answered by a synthesized result right after the call, before its real results."""
+    messages: list[dict[str, Any]] = [human("first request"), calls(fmt, ["old", "young"])]
+    messages += results(fmt, {"old": "old result"})
+    messages += [human("turn"), {"role": "assistant", "content": "an answer"}]
+    late = results(fmt, {"young": "young, too late"})
+    messages += [*late, human("latest request")]
+    (view,) = await views_at(messages, [40_000])
+    assert view == [*messages[:2], *synthesized_for(fmt, ["young"]), *messages[2:-2], messages[-1]]
 
 
 async def test_ids_reused_across_turns(anyio_backend: str) -> None:
@@ -274,8 +350,10 @@ async def test_result_of_a_reference_only_call_is_an_orphan(anyio_backend: str, 
 
 
 def test_history_links_groups_and_tracks_unanswered_calls() -> None:
-    """``History`` links results to the latest earlier declaration of their id (any
-    format) and tracks which calls are still unanswered."""
+    """``History`` links a result to the open run's call of its id (any format); the next
+    assistant message closes a run, so a result admitted after it is an orphan and the
+    call's unanswered id gets synthesized results placed right after the call; a run open
+    at the end is a pending tail (new semantics: runs, not "the latest declaration")."""
     history = History()
     admitted = [
         human("q"),
@@ -289,9 +367,113 @@ def test_history_links_groups_and_tracks_unanswered_calls() -> None:
     entries = [
         history.admit(m, max_tool_result_bytes=131_072, stamp_time=False)[0] for m in admitted
     ]
-    assert history.group_of(2) == history.group_of(5) == history.group_of(1) == 1
+    assert history.group_of(2) == history.group_of(1) == 1
     assert history.group_of(4) == history.group_of(3) == 3
+    assert history.group_of(5) == 5 and entries[5].public is None
     assert history.group_of(6) == 6 and entries[6].public is None
-    assert not any(history.unanswered.values())
+    assert history.unanswered == {1: {"o1"}, 3: set()}
+    assert list(history.synthesized) == [1]
+    assert history.synthesized[1].call_ids == ("o1",) and history.synthesized[1].closed_at == 3
+    assert history.order == [0, 1, synthesized_marker(1), 2, 3, 4]
     history.admit(calls("amplifier", ["m1", "m2"]), max_tool_result_bytes=131_072, stamp_time=False)
-    assert history.unanswered[7] == {"m1", "m2"}
+    assert history.unanswered[7] == {"m1", "m2"} and 7 not in history.synthesized
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_list_content_results_shrink_to_text_blocks(anyio_backend: str, fmt: str) -> None:
+    """A result whose content is a list of blocks (text and an image) - a ``tool`` message
+    with list content, or a ``tool_result`` block with list content - is reduced to a list
+    of text blocks (its image becomes a short text placeholder), traceable to the original
+    and valid for both providers; groups of such results still leave whole."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}
+
+    def listed(call_id: str) -> dict[str, Any]:
+        content = [{"type": "text", "text": f"{call_id} {BIG}"}, dict(image)]
+        if fmt == "anthropic":
+            block = {"type": "tool_result", "tool_use_id": call_id, "content": content}
+            return {"role": "user", "content": [block]}
+        return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+    messages: list[dict[str, Any]] = [human("first request")]
+    for turn in range(3):
+        call_id = f"r{turn}"
+        messages += [calls(fmt, [call_id]), listed(call_id), {"role": "assistant", "content": "ok"}]
+    messages.append(human("latest request"))
+    roomy, tight = await views_at(messages, [40_000, 1_500], protected_tool_results=1)
+    assert roomy == messages
+    assert tight[:2] == [messages[0], messages[7]] and tight[3:] == [messages[-1]]
+    reduced = tight[2]
+    assert reduced["metadata"]["compaction"]["form"] == "truncated"
+    blocks = reduced["content"] if fmt != "anthropic" else reduced["content"][0]["content"]
+    assert all(block["type"] == "text" for block in blocks)
+    assert any("image" in block["text"] and "omitted" in block["text"] for block in blocks)
+    check_provider_rules(tight, messages)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_a_person_speaking_after_a_call_closes_its_run(anyio_backend: str, fmt: str) -> None:
+    """A person's own turn after an unanswered call closes its run (the call was
+    interrupted): the call gets a synthesized result and a result admitted afterwards is an
+    orphan. A machine-written note does not close it: the call stays a pending tail."""
+    note = {"role": "user", "content": "hook note", "metadata": {"source": "hook"}}
+    spoken = [human("first request"), calls(fmt, ["a"]), note, human("stop that")]
+    spoken += results(fmt, {"a": "too late"})
+    (view,) = await views_at(spoken, [40_000])
+    assert view == [*spoken[:2], *synthesized_for(fmt, ["a"]), note, spoken[3]]
+    pending = [human("first request"), calls(fmt, ["a"]), note]
+    (view,) = await views_at(pending, [40_000])
+    assert view[:2] == pending[:2] and shown_ids(view) == ({"a"}, set())
+
+
+async def test_a_turn_answering_calls_begins_with_its_results(anyio_backend: str) -> None:
+    """A message answering calls shows its results first, in their order, before its other
+    blocks (Anthropic requires it), without a block naming no call and without a second
+    block for an id it answered already; a message of nothing but results loses its
+    repeated block the same way."""
+    typed = {"type": "text", "text": "typed by the person"}
+    one = {"type": "tool_result", "tool_use_id": "a", "content": "one"}
+    two = {"type": "tool_result", "tool_use_id": "a", "content": "two"}
+    anonymous = {"type": "tool_result", "content": "no id"}
+    answer_b = {"type": "tool_result", "tool_use_id": "b", "content": "rb"}
+    mixed = [
+        human("first request"),
+        calls("anthropic", ["a", "b"]),
+        {"role": "user", "content": [typed, one, two, anonymous, answer_b]},
+        human("latest request"),
+    ]
+    (view,) = await views_at(mixed, [40_000])
+    assert view == [*mixed[:2], {"role": "user", "content": [one, answer_b, typed]}, mixed[3]]
+    report = check_view_invariants(mixed, view)
+    assert report.mapping == [0, 1, 2, 3] and report.pending == set()
+    check_provider_rules(view, mixed)
+    pure = [*mixed[:2], {"role": "user", "content": [one, two, answer_b]}, mixed[3]]
+    (view,) = await views_at(pure, [40_000])
+    assert view == [*mixed[:2], {"role": "user", "content": [one, answer_b]}, mixed[3]]
+    check_provider_rules(view, pure)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_a_note_is_held_until_its_run_is_answered(anyio_backend: str, fmt: str) -> None:
+    """A machine-written note admitted while calls are running is held: a view of a history
+    ending with the run pending shows the pending call and not the note (so no note, and no
+    notice, ever follows an unanswered call), and once the last result arrives the note is
+    shown right after the run's results. A note admitted once nothing is pending is placed
+    at the end as usual."""
+    note = {"role": "user", "content": "hook note", "metadata": {"source": "hook"}}
+    later = {"role": "user", "content": "later note", "metadata": {"source": "hook"}}
+    first, second = results(fmt, {"c1": "one", "c2": "two"})
+    messages = [human("first request"), calls(fmt, ["c1", "c2"]), first, note]
+    manager = SimpleContextManager(compaction_notice_enabled=False)
+    await manager.set_messages(copy.deepcopy(messages))
+    view = await manager.get_messages_for_request()
+    assert view == messages[:3]
+    report = check_view_invariants(messages, view)
+    assert report.pending == {"c2"} and report.held == {3} and report.mapping == [0, 1, 2]
+    for message in (second, later):
+        await manager.add_message(copy.deepcopy(message))
+        messages.append(message)
+    view = await manager.get_messages_for_request()
+    assert view == [*messages[:3], second, note, later]
+    report = check_view_invariants(messages, view)
+    assert report.pending == set() and report.held == set() and report.mapping == [0, 1, 2, 4, 3, 5]
+    check_provider_rules(view, messages)

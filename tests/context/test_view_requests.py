@@ -196,3 +196,32 @@ async def test_a_synthesized_result_leaves_the_view_with_its_call(fmt: str) -> N
         assert has_call == has_answer, budget
         seen.append(has_call)
     assert seen[0] is True and seen[-1] is False
+
+
+async def test_a_message_with_empty_list_content_is_shown() -> None:
+    """``content: []`` carries no results to drop: the message is shown as given (a system
+    message, the latest human turn, a call message)."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": []},
+        human("first"),
+        {"role": "assistant", "content": [], "tool_calls": calls("openai", ["c"])["tool_calls"]},
+        *results("openai", {"c": "r"}),
+        {"role": "user", "content": []},
+    ]
+    view = await view_of(messages)
+    assert view == messages
+
+
+async def test_an_assistant_message_is_never_reordered() -> None:
+    """Results-first tidying applies to turns that answer calls, never to an assistant's."""
+    odd = {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "t"},
+            {"type": "tool_result", "tool_use_id": "z", "content": "x"},
+        ],
+    }
+    manager = SimpleContextManager(compaction_notice_enabled=False)
+    await manager.set_messages([human("q"), odd, human("latest")])
+    view = await manager.get_messages_for_request(token_budget=1_000_000)
+    assert view[1] == odd

@@ -96,7 +96,15 @@ def test_a_pending_call_may_be_shown_without_results() -> None:
     assert check_view_invariants(history, view_of(history)).pending == {"p1"}
 
 
+def in_order(history: list[dict[str, Any]], *order: int) -> list[dict[str, Any]]:
+    """Copies of ``history[i]`` for ``i`` in ``order``."""
+    return [copy.deepcopy(history[i]) for i in order]
+
+
 def test_results_split_around_another_message_pair_by_id() -> None:
+    """A message admitted between a call's results is shown after them (display order),
+    never between: the view in admission order is out of order (new semantics: views follow
+    the providers' tool-use rules, results right after their call)."""
     history = [
         {"role": "user", "content": "go"},
         *openai_round(["c1", "c2"], 40)[:2],
@@ -104,10 +112,12 @@ def test_results_split_around_another_message_pair_by_id() -> None:
         openai_round(["c1", "c2"], 40)[2],
         {"role": "user", "content": "latest"},
     ]
-    check_view_invariants(history, view_of(history))
+    report = check_view_invariants(history, in_order(history, 0, 1, 2, 4, 3, 5))
+    assert report.mapping == (0, 1, 2, 4, 3, 5)
+    assert code_of(history, view_of(history)) == (3, "out-of-order")
     # adjacency would drop the call with its neighbour and keep the far result
-    assert code_of(history, view_of(history, 1, 2)) == (1, "result-without-call")
-    assert code_of(history, view_of(history, 4))[0] == 1
+    assert code_of(history, in_order(history, 0, 4, 3, 5)) == (1, "result-without-call")
+    assert code_of(history, in_order(history, 0, 1, 2, 3, 5)) == (1, "call-without-results")
 
 
 @pytest.mark.parametrize(
@@ -135,7 +145,7 @@ def test_order_invention_and_leaks(fmt: str) -> None:
     assert code_of(history, late) == (3, "system-late")
     swapped = view_of(history)
     swapped[-1], swapped[-2] = swapped[-2], swapped[-1]
-    assert code_of(history, swapped)[0] == 4
+    assert code_of(history, swapped) == (3, "out-of-order")
     invented = view_of(history)
     invented.insert(-1, {"role": "assistant", "content": "never said"})
     assert code_of(history, invented) == (4, "invented")
@@ -180,6 +190,298 @@ def test_reduced_forms_and_the_notice() -> None:
     assert check_view_invariants(history, [*view, notice]).notice
     pending = [*history, {"role": "assistant", "content": "", "tool_calls": [{"id": "p"}]}]
     assert code_of(pending, [*view_of(pending), notice]) == (3, "notice-unsafe")
+
+
+# -- the providers' tool-use rules: runs, display order, synthesized results ----------------
+
+NO_RESULT = "[No result was recorded for this call of `read`.]"
+
+
+def synthesized(fmt: str, *ids: str) -> list[dict[str, Any]]:
+    """The synthesized results a view owes for ``ids`` of a call in ``fmt``."""
+    if fmt == "anthropic":
+        blocks = [
+            {"type": "tool_result", "tool_use_id": i, "is_error": True, "content": NO_RESULT}
+            for i in ids
+        ]
+        note = {"compaction": {"form": "synthesized", "tool_call_ids": list(ids)}}
+        return [{"role": "user", "content": blocks, "metadata": note}]
+    return [
+        {
+            "role": "tool",
+            "tool_call_id": i,
+            "content": NO_RESULT,
+            "metadata": {"compaction": {"form": "synthesized", "tool_call_ids": [i]}},
+        }
+        for i in ids
+    ]
+
+
+def half_answered(fmt: str) -> list[dict[str, Any]]:
+    """A call of two ids, one answered, then a later assistant turn (it closes the run)."""
+    call, *answers = ROUNDS[fmt]()
+    return [
+        {"role": "user", "content": "first question"},
+        call,
+        answers[0],
+        {"role": "assistant", "content": "answer"},
+        {"role": "user", "content": "latest question"},
+    ]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_synthesized_results_are_owed_right_after_their_call(fmt: str) -> None:
+    """A call left unanswered when a later assistant turn closes its run must be answered
+    by exactly the synthesized results of its format, right after the call (before its
+    real results), and they travel with the call."""
+    history = half_answered(fmt)
+    (missing,) = set(call_ids_of(history[1])) - set(result_ids_of(history[2]))
+    owed = synthesized(fmt, missing)
+    view = [*view_of(history)[:2], *owed, *view_of(history)[2:]]
+    report = check_view_invariants(history, view)
+    assert report.synthesized == {missing} and report.mapping == (0, 1, 2, 3, 4)
+    assert code_of(history, view_of(history)) == (1, "call-without-results")
+    late = [*view_of(history)[:3], *owed, *view_of(history)[3:]]
+    assert code_of(history, late) == (3, "out-of-order")
+    wrong = copy.deepcopy(view)
+    if fmt == "anthropic":
+        wrong[2]["content"][0]["is_error"] = False
+    else:
+        wrong[2]["metadata"]["compaction"]["form"] = "truncated"
+    assert code_of(history, wrong) == (4, "invented")
+    alone = [view[0], *owed, *view_of(history)[3:]]
+    assert code_of(history, alone) == (1, "result-without-call")
+    pending = history[:3]  # no later turn: a pending tail, nothing is owed
+    assert code_of(pending, [*view_of(pending)[:2], *owed, view_of(pending)[2]]) == (
+        4,
+        "invented",
+    )
+    assert check_view_invariants(pending, view_of(pending)).pending == {missing}
+
+
+def result_ids_of(message: dict[str, Any]) -> list[str]:
+    if message["role"] == "tool":
+        return [message["tool_call_id"]]
+    return [b["tool_use_id"] for b in message["content"] if b.get("type") == "tool_result"]
+
+
+def call_ids_of(message: dict[str, Any]) -> list[str]:
+    calls = [c["id"] for c in message.get("tool_calls") or []]
+    content = message.get("content")
+    if isinstance(content, list):
+        calls += [b["id"] for b in content if b.get("type") == "tool_use"]
+    return calls
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_result_after_the_run_closed_is_an_orphan(fmt: str) -> None:
+    """A result admitted after a later assistant turn (or before its call) answers
+    nothing: showing it is a result outside its call's run."""
+    call, first, second = ROUNDS[fmt]()
+    history = [
+        {"role": "user", "content": "go"},
+        call,
+        first,
+        {"role": "assistant", "content": "answer"},
+        second,
+        {"role": "user", "content": "latest"},
+    ]
+    (missing,) = set(call_ids_of(call)) - set(result_ids_of(first))
+    good = [*view_of(history)[:2], *synthesized(fmt, missing), *view_of(history, 4)[2:]]
+    check_view_invariants(history, good)
+    assert code_of(history, view_of(history)) == (1, "call-without-results")
+    shown_late = [*good[:-1], copy.deepcopy(second), good[-1]]
+    assert code_of(history, shown_late) == (1, "result-without-call")
+    early = [history[0], second, call, first, history[3], history[5]]
+    assert code_of(early, [copy.deepcopy(m) for m in early]) == (1, "result-without-call")
+
+
+def test_a_person_speaking_closes_the_run() -> None:
+    """A person's own turn after a call closes its run (the call gets synthesized results);
+    a machine-written note does not (the call stays a pending tail). New semantics: the
+    note is then *held* (admitted while ``p1`` is running, the history ends first), so the
+    valid view is the pending tail without it, and showing it is ``held-note``."""
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "p1", "tool": "x"}]}
+    spoken = [{"role": "user", "content": "go"}, call, {"role": "user", "content": "stop"}]
+    view = [*view_of(spoken)[:2], *synthesized("amplifier", "p1"), view_of(spoken)[2]]
+    assert check_view_invariants(spoken, view).synthesized == {"p1"}
+    assert code_of(spoken, view_of(spoken)) == (1, "synthesized-missing")
+    note = {"role": "user", "content": "hook note", "metadata": {"source": "hook"}}
+    noted = [spoken[0], call, note]
+    report = check_view_invariants(noted, view_of(noted, 2))
+    assert report.pending == {"p1"} and report.held == {2} and report.mapping == (0, 1)
+    assert code_of(noted, view_of(noted)) == (3, "held-note")
+
+
+def test_the_notice_never_follows_an_unanswered_call() -> None:
+    """No notice in a view that leaves a call unanswered, with or without the note admitted
+    after the call (new semantics: that note is held, so the valid view ends with the
+    pending call itself - a notice after it is still unsafe)."""
+    notice = {
+        "role": "user",
+        "content": "<system-reminder>condensed</system-reminder>",
+        "metadata": {"source": "context-compaction", "ephemeral": True},
+    }
+    history = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "p1", "tool": "x"}]},
+        {"role": "user", "content": "hook note", "metadata": {"source": "hook"}},
+    ]
+    assert code_of(history, [*view_of(history), notice]) == (3, "notice-unsafe")
+    assert code_of(history, [*view_of(history, 2), notice]) == (3, "notice-unsafe")
+
+
+def test_result_carriers_are_tidied() -> None:
+    """A block list keeps only the results that answer the open run - no block without an
+    id, no second block for an id the message answered already - and shows them first, in
+    their order, before its other blocks (Anthropic: a turn answering calls begins with
+    its results)."""
+    call = {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "a", "name": "f", "input": {}},
+            {"type": "tool_use", "id": "b", "name": "f", "input": {}},
+        ],
+    }
+    typed = {"type": "text", "text": "typed"}
+    one = {"type": "tool_result", "tool_use_id": "a", "content": "one"}
+    two = {"type": "tool_result", "tool_use_id": "a", "content": "two"}
+    anonymous = {"type": "tool_result", "content": "no id"}
+    answer_b = {"type": "tool_result", "tool_use_id": "b", "content": "rb"}
+    mixed = {"role": "user", "content": [typed, one, two, anonymous, answer_b]}
+    history = [{"role": "user", "content": "q"}, call, mixed, {"role": "user", "content": "latest"}]
+    tidy = {"role": "user", "content": [one, answer_b, typed]}
+    view = [*view_of(history)[:2], copy.deepcopy(tidy), view_of(history)[3]]
+    report = check_view_invariants(history, view)
+    assert report.mapping == (0, 1, 2, 3) and report.pending == frozenset()
+    as_given = view_of(history)
+    assert code_of(history, as_given) == (1, "duplicate-result")
+    unsorted = [*view[:2], {"role": "user", "content": [typed, one, answer_b]}, view[3]]
+    assert code_of(history, unsorted) == (4, "invented")
+    twice = [*view[:2], {"role": "user", "content": [one, two, answer_b, typed]}, view[3]]
+    assert code_of(history, twice) == (1, "duplicate-result")
+    pure = [history[0], call, {"role": "user", "content": [one, two, answer_b]}, history[3]]
+    view = [*view_of(pure)[:2], {"role": "user", "content": [one, answer_b]}, view_of(pure)[3]]
+    assert check_view_invariants(pure, view).mapping == (0, 1, 2, 3)
+
+
+def test_notes_are_held_while_calls_are_running() -> None:
+    """A note admitted while the open run has calls without results (a hook's message, an
+    envelope, a developer message) is held: never shown while the run is pending - a
+    retained envelope held is then allowed to be absent - and shown after the run's
+    results once the run is answered completely (or closed: after the synthesized results,
+    before the closing turn). A note admitted once nothing is pending is placed as usual."""
+    call, first, second = openai_round(["c1", "c2"], 20)  # c2 answered first
+    hook = {"role": "user", "content": "hook note", "metadata": {"source": "hook"}}
+    developer = {"role": "developer", "content": "developer note"}
+    go = {"role": "user", "content": "go"}
+    pending = [go, call, first, hook, envelope()]
+    report = check_view_invariants(pending, view_of(pending, 3, 4), retained=[REMINDER])
+    assert report.pending == {"c1"} and report.held == {3, 4} and report.mapping == (0, 1, 2)
+    assert code_of(pending, view_of(pending, 4)) == (3, "held-note")
+    assert code_of(pending, view_of(pending, 3)) == (3, "held-note")
+    answered = [*pending, second, developer]
+    view = in_order(answered, 0, 1, 2, 5, 3, 4, 6)
+    report = check_view_invariants(answered, view, retained=[REMINDER])
+    assert report.held == frozenset() and report.mapping == (0, 1, 2, 5, 3, 4, 6)
+    assert code_of(answered, view_of(answered)) == (3, "out-of-order")
+    no_envelope = in_order(answered, 0, 1, 2, 5, 3, 6)  # released: must be shown now
+    assert code_of(answered, no_envelope, retained=[REMINDER]) == (2, "protected")
+    closed = [go, call, first, hook, {"role": "assistant", "content": "moving on"}]
+    view = [*in_order(closed, 0, 1), *synthesized("openai", "c1"), *in_order(closed, 2, 3, 4)]
+    report = check_view_invariants(closed, view)
+    assert report.synthesized == {"c1"} and report.mapping == (0, 1, 2, 3, 4)
+    early = [*view[:2], copy.deepcopy(hook), *view[2:3], view[4]]
+    assert code_of(closed, early) == (3, "out-of-order")
+
+
+def test_duplicate_results_and_reused_ids() -> None:
+    """A second result for an answered id is an orphan; an id declared again is shown
+    renamed ``<id>~2`` in its call and results, with the ``renamed_tool_call_ids`` note."""
+    call, answer = openai_round(["c1"], 20)
+    history = [{"role": "user", "content": "go"}, call, answer, answer, call, answer]
+    view = view_of(history, 3)
+    assert code_of(history, view) == (3, "out-of-order")  # the reused id is not renamed
+    renamed_call = copy.deepcopy(call)
+    renamed_call["tool_calls"][0]["id"] = "c1~2"
+    renamed_call["metadata"] = {"renamed_tool_call_ids": {"c1~2": "c1"}}
+    renamed_answer = {**copy.deepcopy(answer), "tool_call_id": "c1~2"}
+    renamed_answer["metadata"] = {"renamed_tool_call_ids": {"c1~2": "c1"}}
+    check_view_invariants(history, [*view[:3], renamed_call, renamed_answer])
+    twice = [*view[:2], copy.deepcopy(answer), copy.deepcopy(answer)]
+    assert code_of(history, twice) == (1, "duplicate-result")
+
+
+def test_reduced_list_content_and_protected_forms() -> None:
+    """Truncated results with block-list content (a ``tool`` message, a ``tool_result``
+    block) are traced to their original; the last-resort form of a protected result
+    (``"protected": True``) may keep less than ``truncate_chars``."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}
+    long = "lorem ipsum " * 40
+    listed = {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": [{"type": "text", "text": long}, image],
+    }
+    blocks = {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "t1",
+                "content": [image, {"type": "text", "text": long}],
+            }
+        ],
+    }
+    history = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "tool": "x"}]},
+        listed,
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "g", "input": {}}],
+        },
+        blocks,
+        {"role": "user", "content": "latest"},
+    ]
+    note = {"compaction": {"form": "truncated", "original_tokens": 120}}
+    short_listed = {
+        **listed,
+        "content": [
+            {"type": "text", "text": f"[truncated] {long[:40]}…"},
+            {"type": "text", "text": "[image omitted]"},
+        ],
+        "metadata": note,
+    }
+    inner = [
+        {"type": "text", "text": "[truncated]"},
+        {"type": "text", "text": "[image omitted]"},
+        {"type": "text", "text": long[:40] + "…"},
+    ]
+    short_blocks = {
+        **blocks,
+        "content": [{**blocks["content"][0], "content": inner}],
+        "metadata": note,
+    }
+    view = [
+        *view_of(history)[:2],
+        short_listed,
+        view_of(history)[3],
+        short_blocks,
+        view_of(history)[5],
+    ]
+    assert check_view_invariants(history, view, truncate_chars=40).reduced == (2, 4)
+    assert code_of(history, view, truncate_chars=80) == (4, "invented")
+    kept_image = {**short_listed, "content": [*short_listed["content"], {**image, "data": "y"}]}
+    assert code_of(history, [*view[:2], kept_image, *view[3:]], truncate_chars=40)[0] == 4
+    protected = {
+        **listed,
+        "content": [{"type": "text", "text": f"[shortened] {long[:10]}…"}],
+        "metadata": {"compaction": {**note["compaction"], "protected": True}},
+    }
+    check_view_invariants(history, [*view[:2], protected, *view[3:]], truncate_chars=40)
+    unmarked = {**protected, "metadata": note}
+    assert code_of(history, [*view[:2], unmarked, *view[3:]], truncate_chars=40) == (4, "invented")
 
 
 def test_serialisation_isolation_and_canonical() -> None:
@@ -319,7 +621,7 @@ async def test_snapshots_compare_values_and_objects(anyio_backend: str) -> None:
     await manager.set_messages(conversation("openai") * 4)
     before = snapshot(manager)
     assert snapshot(manager) == before and snapshot(manager).same_objects(before)
-    await manager.get_messages_for_request(token_budget=1200)
+    await manager.get_messages_for_request(token_budget=300)
     after = snapshot(manager)
     assert after != before
     assert {"version", "stats", "level", "meter"} <= set(after.differences(before))
