@@ -38,20 +38,18 @@ counted size (``measured_after``) with skipping relative to the count-every-rung
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import random
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from amplifier_module_context_simple import SimpleContextManager
+from amplifier_module_context_simple.cli import tallied_warnings
 from benchmarks import histories, real
 from benchmarks.provider import Counter
 
 SOURCE = "bench.o200k"
-PACKAGE = "amplifier_module_context_simple"
 CASES = 240
 SEEDS = 3
 MIN_MESSAGES, MAX_MESSAGES = 40, 400
@@ -112,32 +110,6 @@ class Case:
     @property
     def within(self) -> bool:
         return abs(self.skip_final - self.every_final) <= WITHIN * self.every_final
-
-
-class WarningTally(logging.Handler):
-    """The module's log warnings during a run: first message per template, and counts."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.tally: dict[str, tuple[int, str]] = {}
-
-    def emit(self, record: logging.LogRecord) -> None:
-        count, first = self.tally.get(str(record.msg), (0, record.getMessage()))
-        self.tally[str(record.msg)] = (count + 1, first)
-
-
-@contextlib.contextmanager
-def tallied_warnings() -> Iterator[WarningTally]:
-    """Route the module's log records to a ``WarningTally`` instead of stderr."""
-    logger = logging.getLogger(PACKAGE)
-    handler, propagate = WarningTally(), logger.propagate
-    logger.addHandler(handler)
-    logger.propagate = False
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate = propagate
 
 
 @dataclass(frozen=True)

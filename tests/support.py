@@ -48,3 +48,19 @@ async def mounted(config: dict[str, Any] | None = None, *events: str) -> tuple[A
     cleanup = await module.mount(coordinator, config or {})
     coordinator.register_cleanup(cleanup)
     return coordinator, coordinator.get("context"), recorder
+
+
+def provider_count_envelope(
+    view: list[dict[str, Any]], tokens: int, limit: int, source: str
+) -> dict[str, Any]:
+    """The ``count_view`` envelope of a provider that measured ``tokens`` against a hard
+    ``limit`` (its hard-safe estimate is the count itself)."""
+    return {
+        "dispatch": view,
+        "budget_decision": {
+            "estimated_input_tokens": tokens,
+            "input_limit_tokens": limit,
+            "context_token_budget": limit,
+            "measurement": {"kind": "provider_count", "source": source, "input_tokens": tokens},
+        },
+    }

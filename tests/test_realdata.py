@@ -41,6 +41,7 @@ from amplifier_module_context_simple.context.estimate import estimate_message
 from amplifier_module_context_simple.provider_rules import provider_violations
 from tests.context.invariants import check_view_invariants
 from tests.realdata import conversations, with_result_removed
+from tests.support import provider_count_envelope
 
 FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2)
 REPLAY_FRACTIONS = (0.1, 0.3, 0.6)
@@ -245,15 +246,7 @@ class Counter:
         assert_valid(self.case, view, f"negotiated candidate {len(self.counts)}")
         tokens = counted(view)
         self.counts.append(tokens)
-        return {
-            "dispatch": view,
-            "budget_decision": {
-                "estimated_input_tokens": tokens,
-                "input_limit_tokens": self.limit,
-                "context_token_budget": self.limit,
-                "measurement": {"kind": "provider_count", "source": SOURCE, "input_tokens": tokens},
-            },
-        }
+        return provider_count_envelope(view, tokens, self.limit, SOURCE)
 
 
 @pytest.mark.anyio

@@ -16,6 +16,7 @@ from amplifier_module_provider_window.counting import count_request
 from amplifier_module_context_simple import ContextLengthError, SimpleContextManager
 from amplifier_module_context_simple.provider_rules import check_provider_valid
 from tests.context.strategies import calls, fill, results
+from tests.support import provider_count_envelope
 
 pytestmark = pytest.mark.anyio
 
@@ -51,19 +52,7 @@ class Provider:
         check_provider_valid(view, "anthropic")
         tokens = counted(view)
         self.counts.append(tokens)
-        return {
-            "dispatch": view,
-            "budget_decision": {
-                "estimated_input_tokens": tokens,
-                "input_limit_tokens": self.limit,
-                "context_token_budget": self.limit,
-                "measurement": {
-                    "kind": "provider_count",
-                    "source": "o200k",
-                    "input_tokens": tokens,
-                },
-            },
-        }
+        return provider_count_envelope(view, tokens, self.limit, "o200k")
 
     async def fit_output(self, view: list[dict[str, Any]], attempt: Any) -> None:
         self.fits += 1  # no smaller output cap makes this request fit
