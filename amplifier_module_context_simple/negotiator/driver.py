@@ -37,8 +37,10 @@ __all__ = (
     "Attempt",
     "Decision",
     "Fitted",
+    "Measured",
     "Negotiation",
     "Outcome",
+    "Unmeasured",
     "check_seams",
     "negotiate",
     "read_decision",
@@ -72,16 +74,16 @@ def _count(value: object) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    """A decoded ``budget_decision``: the provider's figures for one counted request."""
+class Measured:
+    """A ``budget_decision`` with a usable provider count."""
 
+    count: int
+    """The provider's measured input count."""
     estimated: int
-    """The provider's hard-safe input estimate (``estimated_input_tokens``)."""
+    """The provider's hard-safe input estimate (``estimated_input_tokens``, >= count)."""
     limit: int
     """The provider's hard input limit (``input_limit_tokens``)."""
-    count: int | None
-    """The provider's measured input count, or None when the measurement is unusable."""
-    source: str | None
+    source: str
 
     @property
     def oversize(self) -> bool:
@@ -89,8 +91,24 @@ class Decision:
         return self.estimated > self.limit
 
 
-def read_decision(envelope: object) -> Decision | None:
-    """Validate a ``{dispatch, budget_decision}`` envelope; None when there is no decision.
+@dataclass(frozen=True, slots=True)
+class Unmeasured:
+    """A ``budget_decision`` without a usable count (``estimated``/``limit`` are None when
+    there was no decision at all)."""
+
+    estimated: int | None = None
+    limit: int | None = None
+
+    @property
+    def oversize(self) -> bool:
+        return self.estimated is not None and self.limit is not None and self.estimated > self.limit
+
+
+Decision = Measured | Unmeasured
+
+
+def read_decision(envelope: object) -> Decision:
+    """Validate a ``{dispatch, budget_decision}`` envelope.
 
     Raises:
         CountContractError: the envelope or decision is malformed (a ``TypeError``).
@@ -99,7 +117,7 @@ def read_decision(envelope: object) -> Decision | None:
         raise CountContractError("count_view must return {dispatch, budget_decision}")
     decision = envelope.get("budget_decision")
     if decision is None:
-        return None
+        return Unmeasured()
     if not isinstance(decision, Mapping):
         raise CountContractError(
             f"budget_decision must be a dict or None, got {type(decision).__name__}"
@@ -113,26 +131,21 @@ def read_decision(envelope: object) -> Decision | None:
         )
     measurement = decision.get("measurement")
     if not isinstance(measurement, Mapping) or measurement.get("kind") != "provider_count":
-        return Decision(estimated, limit, None, None)
+        return Unmeasured(estimated, limit)
     source = measurement.get("source")
     count = _count(measurement.get("input_tokens"))
     if not isinstance(source, str) or not source or count is None or estimated < count:
-        return Decision(estimated, limit, None, None)
-    return Decision(estimated, limit, count, source)
+        return Unmeasured(estimated, limit)
+    return Measured(count, estimated, limit, source)
 
 
 @dataclass(frozen=True, slots=True)
 class Fitted:
     """A decoded ``fit_output`` result."""
 
-    decision: Decision
+    measured: Measured
     calls: int
     """Provider counts ``fit_output`` spent (``count_calls``)."""
-
-    @property
-    def count(self) -> int:
-        assert self.decision.count is not None  # read_fitted only builds measured ones
-        return self.decision.count
 
 
 def read_fitted(result: object) -> Fitted:
@@ -149,7 +162,7 @@ def read_fitted(result: object) -> Fitted:
             f"fit_output count_calls must be a positive integer: {result.get('count_calls')!r}"
         )
     decision = read_decision(result)
-    if decision is None or decision.count is None:
+    if not isinstance(decision, Measured):
         raise CountContractError("fit_output must return a usable provider_count measurement")
     return Fitted(decision, calls)
 
@@ -160,7 +173,7 @@ class Attempt:
 
     candidate: Candidate
     envelope: Any
-    decision: Decision | None
+    decision: Decision
 
     @property
     def view(self) -> list[dict[str, Any]]:
@@ -169,11 +182,11 @@ class Attempt:
     @property
     def count(self) -> int | None:
         """The provider's input count, or None when the measurement is unusable."""
-        return None if self.decision is None else self.decision.count
+        return self.decision.count if isinstance(self.decision, Measured) else None
 
     @property
     def oversize(self) -> bool:
-        return self.decision is not None and self.decision.oversize
+        return self.decision.oversize
 
 
 # -- the driver --------------------------------------------------------------------------
@@ -244,13 +257,14 @@ class Negotiation:
 
     async def _run(self) -> dict[str, Any]:
         initial = await self.count(self.seam.base)
-        before = initial.count
-        if before is None:
+        if not isinstance(initial.decision, Measured):
             return await self._unavailable(initial)
-        if before < self.seam.trigger and not initial.oversize:
-            return self.result(initial, "not_needed", before=before, after=before)
-        ratio = before / initial.candidate.estimate if initial.candidate.estimate > 0 else 1.0
-        last = initial
+        first = initial.decision
+        if first.count < self.seam.trigger and not first.oversize:
+            return self.result(initial, "not_needed", before=first.count, after=first.count)
+        estimate = initial.candidate.estimate
+        ratio = first.count / estimate if estimate > 0 else 1.0
+        last, measured = initial, first
         staged = self.seam.base
         pending = False  # the staged candidate has not been counted
         for rung in self.seam.rungs:
@@ -269,112 +283,119 @@ class Negotiation:
                 continue  # predicted to stay above target: don't spend a round trip
             last = await self.count(staged)
             pending = False
-            if last.count is None:
+            if not isinstance(last.decision, Measured):
                 return self._recount_unavailable(initial)
+            measured = last.decision
             if staged.estimate > 0:
-                ratio = last.count / staged.estimate
-            if last.count <= self.seam.target and not last.oversize:
-                return self._finish(initial, last, "target_reached")
+                ratio = measured.count / staged.estimate
+            if measured.count <= self.seam.target and not measured.oversize:
+                return self._finish(initial, first, last, measured, "target_reached")
         if pending:  # the last changed rung was predicted above target; count it anyway
             last = await self.count(staged)
-            if last.count is None:
+            if not isinstance(last.decision, Measured):
                 return self._recount_unavailable(initial)
-            if last.count <= self.seam.target and not last.oversize:
-                return self._finish(initial, last, "target_reached")
-        if last.oversize:
-            return await self._fit(initial, last)
+            measured = last.decision
+            if measured.count <= self.seam.target and not measured.oversize:
+                return self._finish(initial, first, last, measured, "target_reached")
+        if measured.oversize:
+            return await self._fit(initial, first, last, measured)
         if not self.machine.has_changes:
-            return self.result(initial, "protected_floor", before=before, after=before)
-        return self._finish(initial, last, "protected_floor")
+            return self.result(initial, "protected_floor", before=first.count, after=first.count)
+        return self._finish(initial, first, last, measured, "protected_floor")
 
-    def _finish(self, initial: Attempt, last: Attempt, outcome: Outcome) -> dict[str, Any]:
+    def _finish(
+        self,
+        initial: Attempt,
+        first: Measured,
+        last: Attempt,
+        measured: Measured,
+        outcome: Outcome,
+        count_calls: int | None = None,
+    ) -> dict[str, Any]:
+        """Stage ``last``'s candidate with its stats as the result (READY)."""
         final = self.seam.finalised(
-            last.candidate, **self._measured(initial, last.count, last, outcome)
+            last.candidate,
+            measurement_kind="provider_count",
+            measurement_source=measured.source,
+            measured_before=first.count,
+            measured_after=measured.count,
+            outcome=outcome,
+            count_calls=self.count_calls if count_calls is None else count_calls,
         )
         self.machine.finish(final)
         return self.result(
             Attempt(final, last.envelope, last.decision),
             outcome,
-            before=initial.count,
-            after=last.count,
+            before=first.count,
+            after=measured.count,
         )
-
-    def _measured(
-        self,
-        initial: Attempt,
-        after: int | None,
-        last: Attempt,
-        outcome: Outcome,
-        count_calls: int | None = None,
-    ) -> dict[str, Any]:
-        source = last.decision.source if last.decision is not None else None
-        if source is None and initial.decision is not None:
-            source = initial.decision.source
-        return {
-            "measurement_kind": "provider_count",
-            "measurement_source": source,
-            "measured_before": initial.count,
-            "measured_after": after,
-            "outcome": outcome,
-            "count_calls": self.count_calls if count_calls is None else count_calls,
-        }
 
     def _recount_unavailable(self, initial: Attempt) -> dict[str, Any]:
         """A recount lost its measurement: keep nothing, fail closed if known oversize."""
         self.machine.rollback()
-        oversize = [attempt for attempt in self.attempts if attempt.oversize]
+        oversize = [attempt.decision for attempt in self.attempts if attempt.oversize]
         if oversize:
-            decision = oversize[-1].decision
-            assert decision is not None
             raise ProviderLimitError(
                 f"{CANNOT_FIT}: the provider recount became unavailable after a request known "
                 "to exceed the provider input limit.",
                 reason="recount_unavailable",
-                estimated=decision.estimated,
-                limit=decision.limit,
+                estimated=oversize[-1].estimated,
+                limit=oversize[-1].limit,
                 rung=self.seam.ladder.level,
             )
         return self.result(
             initial, "measurement_unavailable", before=initial.count, after=initial.count
         )
 
-    async def _fit(self, initial: Attempt, last: Attempt) -> dict[str, Any]:
+    async def _fit(
+        self, initial: Attempt, first: Measured, last: Attempt, measured: Measured
+    ) -> dict[str, Any]:
         """All rungs applied and still over the hard limit: offer ``fit_output`` once.
 
         When the orchestrator offers no ``fit_output``, or it finds no output reduction
         that fits, the protected floor is reduced instead (``_reduce_floor``).
         """
         if self.fit_output is None:
-            return await self._reduce_floor(initial, last)
+            return await self._reduce_floor(initial, first, last, measured)
         self.machine.fitting()
         result = await self.fit_output(last.view, last.envelope)
         if result is None:
             self.machine.no_fit()
-            return await self._reduce_floor(initial, last)
+            return await self._reduce_floor(initial, first, last, measured)
         fitted = read_fitted(result)
-        if fitted.decision.oversize:  # the "fitted" request is still over the limit
+        if fitted.measured.oversize:  # the "fitted" request is still over the limit
             self.machine.no_fit()
-            return await self._reduce_floor(initial, last, fit_calls=fitted.calls)
+            return await self._reduce_floor(initial, first, last, measured, fit_calls=fitted.calls)
         total_calls = self.count_calls + fitted.calls
         final = last.candidate
         if self.seam.changed(final):
-            fitted_last = Attempt(final, result, fitted.decision)
             final = self.seam.finalised(
                 final,
-                **self._measured(initial, fitted.count, fitted_last, "reduced_output", total_calls),
+                measurement_kind="provider_count",
+                measurement_source=fitted.measured.source,
+                measured_before=first.count,
+                measured_after=fitted.measured.count,
+                outcome="reduced_output",
+                count_calls=total_calls,
             )
         self.machine.fitted(final)
         return self.result(
             Attempt(final, last.envelope, last.decision),
             "reduced_output",
-            before=initial.count,
-            after=fitted.count,
+            before=first.count,
+            after=fitted.measured.count,
             count_calls=total_calls,
             envelope=result,
         )
 
     async def _reduce_floor(
-        self, initial: Attempt, last: Attempt, *, fit_calls: int = 0
+        self,
+        initial: Attempt,
+        first: Measured,
+        last: Attempt,
+        measured: Measured,
+        *,
+        fit_calls: int = 0,
     ) -> dict[str, Any]:
         """Past the rungs and ``fit_output``: reduce the protected floor until a count fits.
 
@@ -387,31 +408,34 @@ class Negotiation:
                 latest human prompt, retained reminders) is left and it is over the limit.
         """
         for _ in range(FLOOR_COUNTS):
-            decision = last.decision
-            assert decision is not None  # only an oversize (decided) attempt gets here
             estimate = last.candidate.estimate
-            ratio = decision.estimated / estimate if estimate > 0 else 1.0
-            limit = int(decision.limit / max(ratio, 1e-9) * (1 - SKIP_MARGIN))
+            ratio = measured.estimated / estimate if estimate > 0 else 1.0
+            limit = int(measured.limit / max(ratio, 1e-9) * (1 - SKIP_MARGIN))
             candidate = self.seam.reduce_floor(limit)
             if candidate is None:
                 break
             self.machine.stage(candidate)
             last = await self.count(candidate)
-            if last.count is None:
+            if not isinstance(last.decision, Measured):
                 return self._recount_unavailable(initial)
-            if not last.oversize:
-                self.count_calls += fit_calls
-                return self._finish(initial, last, "protected_floor")
-        decision = last.decision
-        assert decision is not None
+            measured = last.decision
+            if not measured.oversize:
+                return self._finish(
+                    initial,
+                    first,
+                    last,
+                    measured,
+                    "protected_floor",
+                    count_calls=self.count_calls + fit_calls,
+                )
         raise ProviderLimitError(
-            f"{CANNOT_FIT}: the request is still {decision.estimated:,} > {decision.limit:,} "
+            f"{CANNOT_FIT}: the request is still {measured.estimated:,} > {measured.limit:,} "
             "input tokens after the protected floor was reduced to the system messages, the "
             "first and latest request and retained reminders; required content was not "
             "discarded.",
             reason="irreducible_over_limit",
-            estimated=decision.estimated,
-            limit=decision.limit,
+            estimated=measured.estimated,
+            limit=measured.limit,
             rung=FLOOR_RUNG,
         )
 
@@ -447,12 +471,11 @@ class Negotiation:
 
 
 def _unmeasured_oversize(attempt: Attempt, *, rung: int) -> ProviderLimitError:
-    decision = attempt.decision
     return ProviderLimitError(
         f"{CANNOT_FIT}.",
         reason="oversize_unmeasured",
-        estimated=None if decision is None else decision.estimated,
-        limit=None if decision is None else decision.limit,
+        estimated=attempt.decision.estimated,
+        limit=attempt.decision.limit,
         rung=rung,
     )
 
