@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from ..errors import RequiredContentTooLargeError
 from .config import ContextConfig
@@ -26,6 +26,7 @@ from .ladder import Form, FormName, Item, Ladder, LadderParams
 from .notice import notice_message
 from .plan import RequestPlan
 from .render import Rendered
+from .stats import CompactionStats
 
 __all__ = (
     "FLOOR_REGROWTH",
@@ -260,40 +261,41 @@ class Compactor:
         ladder: Ladder,
         staged: Decisions,
         target: int,
-    ) -> dict[str, Any]:
-        """The ``context:compaction`` payload for ``staged`` (counts are cumulative)."""
+    ) -> CompactionStats:
+        """The stats of ``staged`` (counts are cumulative over the decisions)."""
         system_count = before.system_count
         config = self._config()
-        return {
-            "before_tokens": before.tokens,
-            "after_tokens": ladder.total,
-            "before_messages": len(before.messages),
-            "after_messages": system_count + len(ladder.items),
-            "messages_removed": len(staged.removed),
-            "messages_truncated": len(staged.truncated),
-            "user_messages_stubbed": len(staged.stubbed),
-            "system_messages_preserved": system_count,
-            "strategy_level": staged.level,
-            "budget": plan.effective,
-            "target_tokens": target,
-            "protected_recent": config.protected_recent,
-            "protected_tool_results": config.protected_tool_results,
-            "floor_tokens": ladder.total if ladder.total > target else None,
-            "changes": ladder.changes,
-            "results_synthesized": sum(item.synthesized for item in ladder.items),
-            "protected_results_truncated": len(ladder.floor_truncated)
-            + int((plan.decisions.stats or {}).get("protected_results_truncated", 0)),
-        }
+        previous = plan.decisions.stats
+        return CompactionStats(
+            before_tokens=before.tokens,
+            after_tokens=ladder.total,
+            before_messages=len(before.messages),
+            after_messages=system_count + len(ladder.items),
+            messages_removed=len(staged.removed),
+            messages_truncated=len(staged.truncated),
+            user_messages_stubbed=len(staged.stubbed),
+            system_messages_preserved=system_count,
+            strategy_level=staged.level,
+            budget=plan.effective,
+            target_tokens=target,
+            protected_recent=config.protected_recent,
+            protected_tool_results=config.protected_tool_results,
+            floor_tokens=ladder.total if ladder.total > target else None,
+            changes=ladder.changes,
+            results_synthesized=sum(item.synthesized for item in ladder.items),
+            protected_results_truncated=len(ladder.floor_truncated)
+            + (previous.protected_results_truncated if previous is not None else 0),
+        )
 
-    def _warn_floor(self, stats: Mapping[str, Any], *, first: bool) -> None:
+    def _warn_floor(self, stats: CompactionStats, *, first: bool) -> None:
         """Warn once per floor episode; later floor runs of the episode log at INFO."""
         (logger.warning if first else logger.info)(
             "context-simple: compaction finished above its target at level %d: %s tokens "
             "remain for a target of %s (budget %s). The protected floor (system prompt, "
             "first and latest request, retained reminders, recent tool results) is larger "
             "than the target; this decision is kept until the history changes.",
-            stats["strategy_level"],
-            f"{stats['after_tokens']:,}",
-            f"{stats['target_tokens']:,}",
-            f"{stats['budget']:,}",
+            stats.strategy_level,
+            f"{stats.after_tokens:,}",
+            f"{stats.target_tokens:,}",
+            f"{stats.budget:,}",
         )

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from .ladder import Form, Ladder
+from .stats import CompactionStats
 
 __all__ = (
     "REMOVED",
@@ -33,7 +33,7 @@ class Decisions:
     truncated: frozenset[int] = frozenset()
     stubbed: frozenset[int] = frozenset()
     level: int = 0
-    stats: dict[str, Any] | None = None
+    stats: CompactionStats | None = None
     floor_reported: bool = False
     """These decisions reported a protected floor above the target (the storm guard reads
     this, never the event payload)."""

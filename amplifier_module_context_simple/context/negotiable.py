@@ -47,7 +47,8 @@ class Candidate:
     @property
     def stats(self) -> dict[str, Any] | None:
         """The ``context:compaction`` payload this candidate carries, once finalised."""
-        return self.decisions.stats
+        stats = self.decisions.stats
+        return None if stats is None else stats.to_event()
 
 
 class Negotiable:
@@ -153,8 +154,9 @@ class Negotiable:
         stats = store._compactor.stats(
             plan, rendered, self.ladder, candidate.decisions, self._stats_target
         )
-        stats["before_tokens"] = self.base.estimate
-        stats.update(trigger=self.trigger, policy_budget=plan.effective, **measurement)
+        stats = stats.measured(
+            self.base.estimate, trigger=self.trigger, policy_budget=plan.effective, **measurement
+        )
         decisions = dataclasses.replace(
             candidate.decisions,
             stats=stats,

@@ -156,11 +156,13 @@ class ContextStore:
     @property
     def last_compaction_stats(self) -> dict[str, Any] | None:
         """Stats of the committed compaction (the dict ``context:compaction`` carried)."""
-        return self._decisions.stats
+        stats = self._decisions.stats
+        return None if stats is None else stats.to_event()
 
     @property
     def _last_compaction_stats(self) -> dict[str, Any] | None:
-        return self._decisions.stats
+        stats = self._decisions.stats
+        return None if stats is None else stats.to_event()
 
     @property
     def last_token_meter_stats(self) -> dict[str, Any] | None:
@@ -380,7 +382,7 @@ class ContextStore:
         self._compactor.floor = floor
         self._publish_meter(estimated, plan.effective, synthesized=view.synthesized)
         if new_stats and staged is not None and staged.stats is not None:
-            await self._emit(COMPACTION_EVENT, dict(staged.stats))
+            await self._emit(COMPACTION_EVENT, dict(staged.stats.to_event()))
         await self._emit_budget(plan.provenance)
         return messages
 
@@ -516,12 +518,12 @@ class ContextStore:
         if (
             not config.compaction_notice_enabled
             or stats is None
-            or stats.get("strategy_level", 0) < config.compaction_notice_min_level
+            or stats.strategy_level < config.compaction_notice_min_level
             or not tail_is_safe(messages)
         ):
             return messages, 0
         for verbosity in dict.fromkeys((config.compaction_notice_verbosity, "minimal")):
-            notice = notice_message(stats, verbosity)
+            notice = notice_message(stats.to_event(), verbosity)
             tokens = estimate_message(notice)
             if tokens <= room:
                 messages.append(notice)
