@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from .._values import int_at_least
 
 __all__ = (
     "WINDOW_SAFETY_MARGIN",
+    "LearnedLimit",
+    "apply_learned_limit",
     "derive_budget",
+    "window_of",
 )
 
 
@@ -110,3 +114,41 @@ def derive_budget(
         effective_budget=max_tokens if capped and max_tokens is not None else derived,
     )
     return provenance
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedLimit:
+    """A provider's real input limit, learned from a provider-directed hard-fit rebuild.
+
+    Deployments, gateways and per-organisation limits often enforce less than the window
+    a provider advertises. Once a rebuild was directed at ``limit`` (``hard_fit=True``
+    with the provider's ``token_budget``), later requests use it as a cap on their budget,
+    as long as the provider still reports the same ``window``; ``clear`` and
+    ``set_messages`` forget it.
+    """
+
+    limit: int
+    window: tuple[object, ...]
+    """What the provider reported when the limit was learned (source, window, output)."""
+
+
+def window_of(provider: Any) -> tuple[object, ...]:
+    """What ``provider`` reports of its window: (source, context_window, max_output)."""
+    window = _window_from(provider) if provider is not None else None
+    return window if window is not None else ("none",)
+
+
+def apply_learned_limit(
+    provenance: dict[str, Any], learned: LearnedLimit | None, window: tuple[object, ...]
+) -> dict[str, Any]:
+    """``provenance`` capped at a learned limit that still applies (a new dict if so)."""
+    if learned is None or learned.window != window:
+        return provenance
+    if provenance["effective_budget"] <= learned.limit:
+        return provenance
+    return {
+        **provenance,
+        "source": "provider_limit",
+        "learned_limit": learned.limit,
+        "effective_budget": learned.limit,
+    }

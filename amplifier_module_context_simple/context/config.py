@@ -71,6 +71,7 @@ class ContextConfig:
     token_meter: str = TOKEN_METER_ESTIMATE
     max_tool_result_bytes: int = DEFAULT_MAX_TOOL_RESULT_BYTES
     count_every_rung: bool = False
+    learn_provider_limits: bool = True
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -187,4 +188,5 @@ _CHECKS: Final = {
     "token_meter": _token_meter,
     "max_tool_result_bytes": _tool_result_bytes,
     "count_every_rung": _boolean,
+    "learn_provider_limits": _boolean,
 }

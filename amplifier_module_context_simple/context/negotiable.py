@@ -200,6 +200,7 @@ class Negotiable:
         request that returned and the budget is emitted again by the next request.
         """
         await self._store._emit_budget(self._plan.provenance)
+        self._store._learned = self._plan.limit
         self._store._publish_meter(
             final.estimate, self._plan.effective, synthesized=final.synthesized
         )

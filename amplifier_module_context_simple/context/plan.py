@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .budget import LearnedLimit
 from .decisions import Decisions
 
 __all__ = ("RequestPlan",)
@@ -28,3 +29,5 @@ class RequestPlan:
     protected: frozenset[int]
     retained: bool
     hard_fit: bool
+    limit: LearnedLimit | None = None
+    """The learned provider limit this request leaves for later ones (``budget.py``)."""

@@ -27,7 +27,7 @@ from ..errors import (
     TokenMeterError,
     TransactionConflictError,
 )
-from .budget import derive_budget
+from .budget import LearnedLimit, apply_learned_limit, derive_budget, window_of
 from .compaction import Compactor, FloorMark
 from .config import TOKEN_METER_ACTUAL, ContextConfig
 from .decisions import Decisions
@@ -139,6 +139,8 @@ class ContextStore:
         self._renderer = Renderer()
         self._last_token_meter_stats: dict[str, Any] | None = None
         self._last_emitted_budget: dict[str, Any] | None = None
+        self._learned: LearnedLimit | None = None
+        """The provider limit learned from a provider-directed hard-fit rebuild."""
         self._last_effective_budget: int | None = None
 
     @classmethod
@@ -246,6 +248,7 @@ class ContextStore:
 
     def _reset(self, history: History) -> None:
         self._history = history
+        self._learned = None
         self._epoch += 1
         self._decisions = Decisions()
         self._commit_version += 1
@@ -380,6 +383,7 @@ class ContextStore:
         if staged is not None:
             self._commit(staged, plan.version)
         self._compactor.floor = floor
+        self._learned = plan.limit
         self._publish_meter(estimated, plan.effective, synthesized=view.synthesized)
         if new_stats and staged is not None and staged.stats is not None:
             await self._emit(COMPACTION_EVENT, dict(staged.stats.to_event()))
@@ -410,10 +414,6 @@ class ContextStore:
             max_tokens_fallback=config.max_tokens_fallback,
             output_reserve_fraction=config.output_reserve_fraction,
         )
-        budget: int = provenance["effective_budget"]
-        effective = budget
-        if config.compaction_notice_enabled:
-            effective = budget - notice_reserve(config.compaction_notice_token_reserve, budget)
         factory_text: str | None = None
         if self._factory is not None:
             text = await self._factory()
@@ -422,6 +422,21 @@ class ContextStore:
                     f"system prompt factory returned {type(text).__name__}, expected str"
                 )
             factory_text = text
+        # -- the snapshot: nothing awaits from here on ---------------------------------
+        limit = self._learned
+        if config.learn_provider_limits:
+            window = window_of(provider)
+            if hard_fit and token_budget is not None:
+                # a provider-directed rebuild: its budget is the provider's real limit
+                limit = LearnedLimit(provenance["effective_budget"], window)
+            elif token_budget is None:
+                provenance = apply_learned_limit(provenance, self._learned, window)
+                if limit is not None and limit.window != window:
+                    limit = None  # the provider reports another window: forget it
+        budget: int = provenance["effective_budget"]
+        effective = budget
+        if config.compaction_notice_enabled:
+            effective = budget - notice_reserve(config.compaction_notice_token_reserve, budget)
         protected = self._request_protected(retain)
         return RequestPlan(
             provenance=provenance,
@@ -435,6 +450,7 @@ class ContextStore:
             protected=protected,
             retained=bool(retain),
             hard_fit=hard_fit,
+            limit=limit,
         )
 
     def _request_protected(self, retain: Sequence[str]) -> frozenset[int]:
@@ -551,6 +567,7 @@ class ContextStore:
             images_estimated=False,
         )
         stats["results_synthesized"] = synthesized
+        stats["provider_limit"] = self._learned.limit if self._learned is not None else None
         self._last_token_meter_stats = stats
 
     # -- compaction (see ``Compactor``) -----------------------------------------------------

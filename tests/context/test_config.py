@@ -119,9 +119,10 @@ def test_defaults_on_the_manager() -> None:
 
 
 def test_defaults_on_the_config_object() -> None:
-    """``ContextConfig()`` carries exactly the documented defaults (plus count_every_rung)."""
+    """``ContextConfig()`` carries exactly the documented defaults (plus count_every_rung
+    and learn_provider_limits)."""
     config = dataclasses.asdict(ContextConfig())
-    assert config == {**DEFAULTS, "count_every_rung": False}
+    assert config == {**DEFAULTS, "count_every_rung": False, "learn_provider_limits": True}
     assert SimpleContextManager().config == ContextConfig()
 
 
