@@ -254,6 +254,7 @@ class Synthesized:
     the call as a pending tail instead."""
     call_ids: tuple[str, ...]
     messages: tuple[dict[str, Any], ...]
+    message_tokens: tuple[int, ...]
     tokens: int
 
 
@@ -489,12 +490,14 @@ class History:
         assert owner.public is not None
         ids = tuple(run.renames.get(call_id, call_id) for call_id in run.pending)
         messages = tuple(synthesized_results(owner.public, ids))
-        tokens = sum(estimate_message(m) for m in messages)
+        message_tokens = tuple(estimate_message(m) for m in messages)
+        tokens = sum(message_tokens)
         self.synthesized[run.owner] = Synthesized(
             owner=run.owner,
             closed_at=closing,
             call_ids=ids,
             messages=messages,
+            message_tokens=message_tokens,
             tokens=tokens,
         )
         self._body_added += tokens

@@ -156,7 +156,7 @@ class Negotiable:
         )
         stats = stats.measured(
             self.base.estimate, trigger=self.trigger, policy_budget=plan.effective, **measurement
-        )
+        ).with_prefix(*rendered.prefix_kept(candidate.view))
         decisions = dataclasses.replace(
             candidate.decisions,
             stats=stats,

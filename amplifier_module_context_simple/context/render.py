@@ -10,8 +10,9 @@ message and no per-message policy work.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from .decisions import Decisions
 from .estimate import estimate_message
@@ -33,6 +34,18 @@ class Rendered:
     system_tokens: int
     synthesized: int = 0
     """How many unanswered calls the view answers with synthesized results."""
+    message_tokens: Sequence[int] = ()
+    """The estimate of each message of ``messages`` (shared, read-only)."""
+
+    def prefix_kept(self, other: Sequence[Mapping[str, Any]]) -> tuple[int, int | None]:
+        """Tokens of the leading messages ``other`` shows unchanged from this view, and the
+        index of the first one it changes (None when ``other`` changes none)."""
+        kept = 0
+        for index, message in enumerate(self.messages):
+            if index >= len(other) or other[index] != message:
+                return kept, index
+            kept += self.message_tokens[index]
+        return kept, None
 
 
 @dataclass(slots=True)
@@ -51,6 +64,8 @@ class _Shown:
     body: list[dict[str, Any]] = field(default_factory=list)
     with_metadata: list[int] = field(default_factory=list)
     body_tokens: int = 0
+    body_token_list: list[int] = field(default_factory=list)
+    system_token_list: list[int] = field(default_factory=list)
     synthesized: int = 0
 
 
@@ -96,9 +111,12 @@ class Renderer:
             self._extend(shown, history, length, intact, factory_text is not None)
         systems = [copy_message(message) for message in shown.systems]
         system_tokens = shown.system_tokens
+        token_list = shown.system_token_list
         if factory_text is not None:
             systems.insert(0, {"role": "system", "content": factory_text})
-            system_tokens += self._factory_tokens(factory_text)
+            factory_tokens = self._factory_tokens(factory_text)
+            system_tokens += factory_tokens
+            token_list = [factory_tokens, *token_list]
         body = [message.copy() for message in shown.body]
         for index in shown.with_metadata:
             body[index]["metadata"] = body[index]["metadata"].copy()
@@ -108,6 +126,7 @@ class Renderer:
             system_count=len(systems),
             system_tokens=system_tokens,
             synthesized=shown.synthesized,
+            message_tokens=_Concat(token_list, shown.body_token_list),
         )
 
     def _factory_tokens(self, text: str) -> int:
@@ -150,9 +169,12 @@ class Renderer:
                 if owner in overrides and overrides[owner] is None and owner not in intact:
                     continue  # removed with its call
                 synthesized = history.synthesized[owner]
-                for message in synthesized.messages:
+                for message, tokens in zip(
+                    synthesized.messages, synthesized.message_tokens, strict=True
+                ):
                     shown.with_metadata.append(len(body))
                     body.append(message)
+                    shown.body_token_list.append(tokens)
                 shown.body_tokens += synthesized.tokens
                 shown.synthesized += len(synthesized.call_ids)
                 continue
@@ -172,8 +194,34 @@ class Renderer:
                     shown.with_metadata.append(len(body))
                 body.append(form)  # type: ignore[arg-type]
                 shown.body_tokens += tokens
+                shown.body_token_list.append(tokens)
             elif (kind == SYSTEM and not factory) or kind == HOOK_SYSTEM:
                 shown.systems.append(entry.public)  # type: ignore[arg-type]
                 shown.system_tokens += entry.tokens
+                shown.system_token_list.append(entry.tokens)
         shown.position = position
         shown.length = length
+
+
+class _Concat(Sequence[int]):
+    """Two lists read as one, without copying either (the renderer keeps them)."""
+
+    __slots__ = ("_first", "_second")
+
+    def __init__(self, first: list[int], second: list[int]) -> None:
+        self._first, self._second = first, second
+
+    def __len__(self) -> int:
+        return len(self._first) + len(self._second)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[int]: ...
+    def __getitem__(self, index: int | slice) -> int | Sequence[int]:
+        if isinstance(index, slice):
+            return [*self._first, *self._second][index]
+        if index < 0:
+            index += len(self)
+        head = len(self._first)
+        return self._first[index] if index < head else self._second[index - head]

@@ -37,6 +37,11 @@ class CompactionStats:
     changes: int
     results_synthesized: int
     protected_results_truncated: int
+    prefix_kept_tokens: int = 0
+    """Tokens of the leading messages of the view before this compaction that the view
+    after it shows byte for byte (a provider's prompt cache can keep them)."""
+    first_changed_message: int | None = None
+    """Index of the first message the compaction changed (None when it changed none)."""
     measurement: Mapping[str, Any] = field(default_factory=dict)
     """Negotiated requests: ``measurement_kind``, ``measurement_source``,
     ``measured_before``, ``measured_after``, ``trigger``, ``policy_budget``, ``outcome``,
@@ -59,3 +64,9 @@ class CompactionStats:
     def measured(self, before_tokens: int, **measurement: Any) -> CompactionStats:
         """These stats as a negotiated request reports them."""
         return dataclasses.replace(self, before_tokens=before_tokens, measurement=measurement)
+
+    def with_prefix(self, kept_tokens: int, first_change: int | None) -> CompactionStats:
+        """These stats with what the compaction kept of the previous view's prefix."""
+        return dataclasses.replace(
+            self, prefix_kept_tokens=kept_tokens, first_changed_message=first_change
+        )

@@ -364,6 +364,14 @@ class ContextStore:
             staged, floor = self._compactor.compact(self._history, plan, rendered)
         decisions = staged if staged is not None else plan.decisions
         view = self._render(plan, decisions) if staged is not None else rendered
+        if (
+            staged is not None
+            and staged.stats is not None
+            and staged.stats is not (plan.decisions.stats)
+        ):
+            # what the compaction kept of the cached prefix (its cost in a prompt cache)
+            stats = staged.stats.with_prefix(*rendered.prefix_kept(view.messages))
+            staged = decisions = dataclasses.replace(staged, stats=stats)
         # The notice is part of the view: it must fit the budget and may not make a
         # compacted view larger than the view the compaction started from.
         ceiling = self._notice_ceiling(plan, rendered)
