@@ -10,6 +10,7 @@ config turns it off.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -30,10 +31,9 @@ class Provider:
         self.window = window
 
     def get_info(self) -> Any:
-        class Info:
-            defaults = {"context_window": self.window, "max_output_tokens": OUTPUT}
-
-        return Info()
+        return SimpleNamespace(
+            defaults={"context_window": self.window, "max_output_tokens": OUTPUT}
+        )
 
 
 class Hooks:
