@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import itertools
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,3 +66,19 @@ def provider_count_envelope(
             "measurement": {"kind": "provider_count", "source": source, "input_tokens": tokens},
         },
     }
+
+
+def replaced(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``history`` as an *unrelated* list for ``set_messages``: the first message differs,
+    so the store replaces its history (re-setting a list that starts with the current
+    history only extends it, keeping the sticky decisions)."""
+    out = copy.deepcopy(history)
+    if not out:  # an empty list never extends a history: replacing with it is a reset
+        return out
+    first = dict(out[0])
+    first["content"] = f"{first.get('content')} (another session {next(_SESSIONS)})"
+    out[0] = first
+    return out
+
+
+_SESSIONS = itertools.count(1)

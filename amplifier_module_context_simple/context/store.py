@@ -33,6 +33,7 @@ from .config import TOKEN_METER_ACTUAL, ContextConfig
 from .decisions import Decisions
 from .estimate import estimate_message
 from .history import (
+    SEQ_KEY,
     History,
     build_history,
     copy_message,
@@ -85,6 +86,23 @@ class _Setting(Generic[T]):
         obj._config = ContextConfig.from_mapping(
             {**dataclasses.asdict(obj._config), self.name: value}
         )
+
+
+_BOOKKEEPING: Final = frozenset({SEQ_KEY, "timestamp"})
+
+
+def _as_seen(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``message`` without the store's bookkeeping (sequence id, admission timestamp)."""
+    metadata = message.get("metadata")
+    if not isinstance(metadata, Mapping) or not _BOOKKEEPING.intersection(metadata):
+        if isinstance(metadata, Mapping) and not metadata:
+            return {k: v for k, v in message.items() if k != "metadata"}
+        return message
+    kept = {k: v for k, v in metadata.items() if k not in _BOOKKEEPING}
+    seen = {k: v for k, v in message.items() if k != "metadata"}
+    if kept:
+        seen["metadata"] = kept
+    return seen
 
 
 def notice_reserve(configured: int, budget: int) -> int:
@@ -220,19 +238,58 @@ class ContextStore:
         self._history.admit(capped, max_tool_result_bytes=cap, stamp_time=True)
 
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
-        """Replace the history (session resume). Sticky decisions are reset.
+        """Replace the history (session resume), or extend it.
 
-        Sequence ids are reassigned in order; no timestamps are added. The whole batch is
-        validated first: a bad message raises ``InvalidMessageError`` naming its index and
-        the previous history stays.
+        When ``messages`` starts with the current history (the same messages in the same
+        order, as a provider would see them: the store's ``_seq`` and timestamps are
+        ignored), only the rest is admitted and the sticky decisions, cached estimates and
+        the floor mark stay: an orchestrator that re-sets the whole list after every turn
+        gets the same views as one that appends. Any other list replaces the history and
+        resets the sticky decisions.
+
+        Sequence ids are reassigned in order on a replacement; no timestamps are added.
+        The whole batch is validated first: a bad message raises ``InvalidMessageError``
+        naming its index and the previous history stays.
         """
         await anyio.lowlevel.checkpoint()
-        history, clips = build_history(
-            messages, max_tool_result_bytes=self._config.max_tool_result_bytes
-        )
-        for clip in clips:  # reported before the swap: a cancelled delivery replaces nothing
-            await self._report_clip(clip)
-        self._reset(history)
+        cap = self._config.max_tool_result_bytes
+        extension = self._extension_of(messages, cap)
+        if extension is None:
+            history, clips = build_history(messages, max_tool_result_bytes=cap)
+            for clip in clips:  # reported before the swap: a cancelled delivery replaces nothing
+                await self._report_clip(clip)
+            self._reset(history)
+            return
+        start, epoch = len(self._history), self._epoch
+        capped = [cap_tool_result(message, cap) for message in extension]
+        for _, new_clip in capped:  # reported before admission: a cancelled delivery admits nothing
+            if new_clip is not None:
+                await self._report_clip(new_clip)
+        if (len(self._history), self._epoch) != (start, epoch):
+            # the history moved while the clips were delivered: replace it as given
+            self._reset(build_history(messages, max_tool_result_bytes=cap)[0])
+            return
+        for message, _ in capped:
+            self._history.admit(message, max_tool_result_bytes=cap, stamp_time=False)
+
+    def _extension_of(self, messages: object, cap: int) -> list[Mapping[str, Any]] | None:
+        """The messages ``messages`` adds to the current history, or None when it does not
+        start with it.
+
+        Raises:
+            InvalidMessageError: a message of ``messages`` is malformed (naming its index).
+        """
+        if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, list):
+            return None  # build_history reports the problem
+        entries = self._history.entries
+        if not entries or len(messages) < len(entries):
+            return None
+        for index, message in enumerate(messages):
+            validate_message(message, index)
+        for entry, message in zip(entries, messages, strict=False):
+            if _as_seen(entry.stored) != _as_seen(cap_tool_result(message, cap)[0]):
+                return None
+        return messages[len(entries) :]
 
     async def get_messages(self) -> list[dict[str, Any]]:
         """The full canonical history: a new list of copies of the admitted messages."""

@@ -16,6 +16,7 @@ import pytest
 from amplifier_module_context_simple import InvalidMessageError, SimpleContextManager
 from amplifier_module_context_simple.context import history as history_module
 from amplifier_module_context_simple.context import store as manager_module
+from tests.support import replaced
 
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00$")
 
@@ -367,9 +368,14 @@ async def test_set_messages_replaces_history() -> None:
 
 @pytest.mark.anyio
 async def test_set_messages_resets_sticky_state() -> None:
-    """After set_messages: no sticky decisions, level 0, no compaction stats."""
+    """After set_messages with an unrelated history: no sticky decisions, level 0, no
+    compaction stats (re-setting a list that starts with the current history keeps them:
+    test_set_messages_extending_keeps_sticky_state)."""
     cm = await compacted()
+    stats = cm.last_compaction_stats
     await cm.set_messages(await cm.get_messages())
+    assert cm.last_compaction_stats is stats and cm._removed_seqs
+    await cm.set_messages(replaced(await cm.get_messages()))
     assert cm._removed_seqs == set()
     assert cm._truncated_seqs == set()
     assert cm._stubbed_seqs == set()

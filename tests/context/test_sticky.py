@@ -26,7 +26,7 @@ from tests.context.invariants import (
     strip_notice,
 )
 from tests.context.strategies import FORMATS, calls, fill, results
-from tests.support import mounted
+from tests.support import mounted, replaced
 
 PROSE = "The build failed because the linker could not find symbol parse_config. "
 LOG = "log line: compiling module ok\n"
@@ -168,14 +168,18 @@ async def test_sticky_view_kept_below_threshold(anyio_backend: str) -> None:
 
 @pytest.mark.anyio
 async def test_set_messages_and_clear_reset_sticky_state(anyio_backend: str) -> None:
-    """14-15: ``set_messages`` and ``clear`` drop every sticky decision and the stats."""
+    """14-15: ``set_messages`` with an unrelated history and ``clear`` drop every sticky
+    decision and the stats; re-setting the same history keeps them."""
     session = Session(max_tokens=4_000)
     for index in range(8):
         await session.add(*turn(index))
     await session.request()
     manager = session.manager
     assert manager._removed_seqs and manager.last_compaction_stats is not None
+    stats = manager.last_compaction_stats
     await manager.set_messages(await manager.get_messages())
+    assert manager.last_compaction_stats is stats and manager._removed_seqs
+    await manager.set_messages(replaced(await manager.get_messages()))
     assert not (manager._removed_seqs or manager._truncated_seqs or manager._stubbed_seqs)
     assert manager._sticky_level == 0 and manager.last_compaction_stats is None
     await manager.get_messages_for_request()

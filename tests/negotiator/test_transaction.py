@@ -49,6 +49,7 @@ from tests.negotiator.orchestrator import (
     mount_context,
     proportional,
 )
+from tests.support import replaced
 
 S, E = TxnState, TxnEvent
 
@@ -239,7 +240,7 @@ def test_every_driver_method_in_every_state(state: TxnState, method: str) -> Non
 
 
 async def _set_messages(store: SimpleContextManager) -> None:
-    await store.set_messages(HISTORY)
+    await store.set_messages(replaced(HISTORY))
 
 
 async def _clear(store: SimpleContextManager) -> None:
@@ -401,7 +402,7 @@ def test_the_commit_step_on_a_moved_store_conflicts() -> None:
     """The commit step after the store moved raises ``TransactionConflictError``; the
     transaction is ROLLED_BACK with ``conflict`` set and nothing is applied."""
     t = make(S.READY)
-    anyio.run(t.store.set_messages, HISTORY)
+    anyio.run(t.store.set_messages, replaced(HISTORY))
     before = snapshot(t.store)
     with pytest.raises(TransactionConflictError, match="nothing was applied"):
         t.machine._fire(E.COMMIT)
@@ -437,7 +438,7 @@ async def test_commit_without_changes_on_a_moved_store_conflicts(anyio_backend: 
     store changed since planning"): after ``set_messages`` the commit returns False with
     ``conflict`` set, ROLLED_BACK, and the store as the move left it."""
     store, machine = await ready_without_changes()
-    await store.set_messages(HISTORY)
+    await store.set_messages(replaced(HISTORY))
     before = snapshot(store)
     handle = RequestTransaction(machine)
     assert await handle.commit() is False
@@ -551,7 +552,7 @@ async def test_second_negotiation_sees_committed_state_and_wins(anyio_backend: s
 
 
 async def _set_messages(context: SimpleContextManager) -> None:
-    await context.set_messages(NEGOTIATED)
+    await context.set_messages(replaced(NEGOTIATED))
 
 
 async def _clear(context: SimpleContextManager) -> None:

@@ -49,6 +49,7 @@ from amplifier_module_context_simple.negotiator.transaction import (
     _Machine,
 )
 from tests.negotiator.orchestrator import conversation
+from tests.support import replaced
 
 S, E = TxnState, TxnEvent
 
@@ -353,8 +354,9 @@ class TransactionMachine(RuleBasedStateMachine):
         only appends; an ordinary request may commit its own compaction (version + 1)."""
         store = self.store
         if move == "set_messages":
-            anyio.run(store.set_messages, HISTORIES[index])
-            self._reset(HISTORIES[index])
+            history = replaced(HISTORIES[index])
+            anyio.run(store.set_messages, history)
+            self._reset(history)
         elif move == "clear":
             anyio.run(store.clear)
             self._reset([])

@@ -40,6 +40,7 @@ from tests.reliability.harness import (
     proportional,
 )
 from tests.reliability.scenarios import concurrent_negotiations, pause, slow_count, store
+from tests.support import replaced
 
 HISTORY = mixed_history(1200)
 delays = st.lists(st.integers(0, 4), min_size=1, max_size=6)
@@ -163,7 +164,7 @@ async def test_a_store_move_during_a_negotiation_makes_its_commit_a_conflict(
     async def mover() -> None:
         await counting_started.wait()
         if move == "set_messages":
-            await manager.set_messages(HISTORY)
+            await manager.set_messages(replaced(HISTORY))
         elif move == "set_messages-different":
             await manager.set_messages([*HISTORY[:-1], {"role": "user", "content": "other"}])
         elif move == "ordinary-commit":
