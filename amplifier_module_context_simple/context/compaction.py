@@ -19,6 +19,7 @@ from ..errors import RequiredContentTooLargeError
 from .config import ContextConfig
 from .decisions import Decisions
 from .estimate import estimate_message
+from .facts import call_facts
 from .forms import stubbed_form, truncated_form
 from .history import History, marker_owner
 from .ingress import RETRIEVAL_GUIDANCE
@@ -56,6 +57,23 @@ class FloorMark:
 
 
 _MISSING: Final = object()
+
+
+MAX_OMITTED_CALLS: Final = 100
+"""The most omitted calls the stats keep (the most recent ones)."""
+
+
+def omitted_calls(history: History, decisions: Decisions) -> tuple[str, ...]:
+    """Facts of the calls ``decisions`` remove, or whose results they shorten."""
+    entries = history.entries
+    owners = set(decisions.removed)
+    owners.update(history.group_of(seq) for seq in decisions.truncated)
+    facts: list[str] = []
+    for seq in sorted(owners):
+        public = entries[seq].public
+        if public is not None and entries[seq].info.call_ids:
+            facts.extend(call_facts(public))
+    return tuple(dict.fromkeys(facts))[-MAX_OMITTED_CALLS:]
 
 
 class Compactor:
@@ -208,7 +226,7 @@ class Compactor:
         if ladder.changes == 0 and (not over or reported):
             return None, mark
         staged = plan.decisions.merged(ladder)
-        stats = self.stats(plan, before, ladder, staged, target)
+        stats = self.stats(history, plan, before, ladder, staged, target)
         if over:
             self._warn_floor(stats, first=not reported)
         return dataclasses.replace(staged, stats=stats, floor_reported=over), mark
@@ -256,6 +274,7 @@ class Compactor:
 
     def stats(
         self,
+        history: History,
         plan: RequestPlan,
         before: Rendered,
         ladder: Ladder,
@@ -285,6 +304,7 @@ class Compactor:
             results_synthesized=sum(item.synthesized for item in ladder.items),
             protected_results_truncated=len(ladder.floor_truncated)
             + (previous.protected_results_truncated if previous is not None else 0),
+            omitted_tool_calls=omitted_calls(history, staged),
         )
 
     def _warn_floor(self, stats: CompactionStats, *, first: bool) -> None:

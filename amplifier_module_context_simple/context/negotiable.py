@@ -152,7 +152,7 @@ class Negotiable:
         store, plan = self._store, self._plan
         rendered = store._render(plan, plan.decisions)
         stats = store._compactor.stats(
-            plan, rendered, self.ladder, candidate.decisions, self._stats_target
+            store._history, plan, rendered, self.ladder, candidate.decisions, self._stats_target
         )
         stats = stats.measured(
             self.base.estimate, trigger=self.trigger, policy_budget=plan.effective, **measurement

@@ -43,8 +43,12 @@ def tail_is_safe(view: Sequence[Mapping[str, Any]]) -> bool:
     return True
 
 
-def notice_text(stats: Mapping[str, Any], verbosity: str) -> str:
-    """The notice body for the cumulative ``stats`` of the committed decisions."""
+def notice_text(stats: Mapping[str, Any], verbosity: str, *, facts_chars: int = 2400) -> str:
+    """The notice body for the cumulative ``stats`` of the committed decisions.
+
+    The verbose notice also lists the tool calls the view no longer shows whole
+    (``omitted_tool_calls``), the most recent ones that fit ``facts_chars`` characters.
+    """
     if verbosity == "minimal":
         return f"{NOTICE_OPEN}\n{_MINIMAL}\n{NOTICE_CLOSE}"
     level = stats.get("strategy_level", 0)
@@ -73,13 +77,33 @@ def notice_text(stats: Mapping[str, Any], verbosity: str) -> str:
             f"(view: {stats.get('before_messages', 0)} -> {stats.get('after_messages', 0)} "
             "messages; the full history is kept outside this request.)"
         )
+        lines.extend(_omitted(stats.get("omitted_tool_calls") or (), facts_chars))
     lines.append(NOTICE_CLOSE)
     return "\n".join(lines)
 
 
-def notice_message(stats: Mapping[str, Any], verbosity: str) -> dict[str, Any]:
+def _omitted(facts: Sequence[str], budget: int) -> list[str]:
+    """The most recent ``facts`` that fit ``budget`` characters, oldest first."""
+    shown: list[str] = []
+    used = 0
+    for fact in reversed(facts):
+        if used + len(fact) + 3 > budget:
+            break
+        shown.append(f"- {fact}")
+        used += len(fact) + 3
+    if not shown:
+        return []
+    lines = ["Tool calls no longer shown in full (re-run one if you need its output):"]
+    if len(shown) < len(facts):
+        lines.append(f"- ... and {len(facts) - len(shown)} earlier calls")
+    return lines + shown[::-1]
+
+
+def notice_message(
+    stats: Mapping[str, Any], verbosity: str, *, facts_chars: int = 2400
+) -> dict[str, Any]:
     return {
         "role": "user",
-        "content": notice_text(stats, verbosity),
+        "content": notice_text(stats, verbosity, facts_chars=facts_chars),
         "metadata": {"source": NOTICE_SOURCE, "ephemeral": True},
     }

@@ -42,6 +42,9 @@ class CompactionStats:
     after it shows byte for byte (a provider's prompt cache can keep them)."""
     first_changed_message: int | None = None
     """Index of the first message the compaction changed (None when it changed none)."""
+    omitted_tool_calls: tuple[str, ...] = ()
+    """``name(key=value)`` of each tool call the view no longer shows whole (removed, or
+    its result shortened), oldest first (``facts.py``)."""
     measurement: Mapping[str, Any] = field(default_factory=dict)
     """Negotiated requests: ``measurement_kind``, ``measurement_source``,
     ``measured_before``, ``measured_after``, ``trigger``, ``policy_budget``, ``outcome``,
@@ -54,6 +57,7 @@ class CompactionStats:
             for f in dataclasses.fields(self)
             if f.name not in ("measurement", "_event")
         }
+        event["omitted_tool_calls"] = list(self.omitted_tool_calls)
         event.update(self.measurement)
         object.__setattr__(self, "_event", event)
 

@@ -604,7 +604,9 @@ class ContextStore:
         ):
             return messages, 0
         for verbosity in dict.fromkeys((config.compaction_notice_verbosity, "minimal")):
-            notice = notice_message(stats.to_event(), verbosity)
+            # the list of omitted calls takes at most the notice's reserve (~3 chars/token)
+            facts_chars = 3 * config.compaction_notice_token_reserve
+            notice = notice_message(stats.to_event(), verbosity, facts_chars=facts_chars)
             tokens = estimate_message(notice)
             if tokens <= room:
                 messages.append(notice)
