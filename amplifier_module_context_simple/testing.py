@@ -414,6 +414,21 @@ def snapshot(manager: SimpleContextManager) -> Snapshot:
 _SEQ: Final = "_seq"
 
 
+def _seen(frozen: object) -> object:
+    """A frozen message without bookkeeping metadata (``_seq``, ``timestamp``)."""
+    if not isinstance(frozen, FrozenMap):
+        return frozen
+    pairs = []
+    for key, value in frozen.items:
+        if key == "metadata" and isinstance(value, FrozenMap):
+            kept = tuple((k, v) for k, v in value.items if k not in ("_seq", "timestamp"))
+            if kept:
+                pairs.append((key, FrozenMap(kept)))
+            continue
+        pairs.append((key, value))
+    return FrozenMap(tuple(pairs))
+
+
 class ReferenceStore:
     """A model of the canonical history: what admission must have stored, in order.
 
@@ -440,8 +455,23 @@ class ReferenceStore:
         self.stamped.append(not has_time)
 
     def set(self, messages: Iterable[Mapping[str, Any]]) -> None:
-        """Model ``set_messages`` (no timestamps stamped)."""
-        self.messages = [freeze(m) for m in messages]
+        """Model ``set_messages`` (no timestamps stamped).
+
+        A list that starts with the current history (compared without the store's
+        ``_seq`` and timestamps) extends it: the version stays. Any other list replaces
+        the history: both parts of the version move.
+        """
+        given = list(messages)
+        current = self.messages
+        if (
+            current
+            and len(given) >= len(current)
+            and all(_seen(freeze(m)) == _seen(c) for m, c in zip(given, current, strict=False))
+        ):
+            self.messages = [*current, *(freeze(m) for m in given[len(current) :])]
+            self.stamped = [*self.stamped, *([False] * (len(given) - len(current)))]
+            return
+        self.messages = [freeze(m) for m in given]
         self.stamped = [False] * len(self.messages)
         self.epoch += 1
         self.commits += 1
