@@ -3,7 +3,9 @@
 ::
 
     amplifier-context-simple replay TRANSCRIPT [--set key=value ...]
-        [--window N --max-output N] [--compare key=value ...] [--plot FILE] [--json]
+        [--window N --max-output N] [--compare key=value ...] [--sliding-window]
+        [--price-fresh X --price-cache-read X --price-cache-write X]
+        [--plot FILE] [--plot-cost FILE] [--json]
 
 The transcript holds one message object per line (Amplifier's ``transcript.jsonl``; blank
 lines are skipped) or one JSON array of messages. Messages are admitted in order with
@@ -15,8 +17,20 @@ is a stub whose ``get_info().defaults`` carry ``--window`` and ``--max-output``;
 ``--set`` overrides configuration keys (a value is parsed as JSON when it can be -
 numbers, ``true``/``false``, ``null`` - and is a string otherwise). ``--compare`` replays
 a second configuration (the ``--set`` one plus these overrides) and reports both side by
-side. ``--plot FILE`` writes a PNG (needs matplotlib, which is not a dependency of the
-package). ``--json`` prints the report as JSON.
+side. ``--sliding-window`` also replays a per-request trimmer on the same transcript: on
+every request it drops the oldest non-system messages (a tool call with its results, never
+a result without its call) until the view fits ``target_usage`` x the module's budget.
+
+The bill: every run's views are passed through a simulated prompt cache, the one the demo's
+``provider-window`` applies. Each view's messages are counted with the module's estimator
+(``estimate_message``, not a provider tokenizer); the leading messages a view shares with the
+previous request's view are read from the cache, the last message (the new input) is fresh,
+and everything between is a cache write. The billed input is ``fresh x --price-fresh +
+read x --price-cache-read + write x --price-cache-write`` (defaults 1.0, 0.1, 1.25).
+
+``--plot FILE`` writes a PNG of the views, ``--plot-cost FILE`` one of the cumulative billed
+input (both need matplotlib, which is not a dependency of the package). ``--json`` prints
+the report as JSON.
 
 Malformed input (invalid JSON, a non-object, a message the module rejects with
 ``InvalidMessageError``) is reported on stderr with its line (or array item) number and
@@ -30,17 +44,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import anyio
 
+from .context.classify import carried_result_ids, declared_call_ids
 from .context.config import ContextConfig
 from .context.estimate import estimate_message
 from .context.history import validate_message
@@ -51,13 +67,16 @@ from .manager import SimpleContextManager
 
 __all__ = (
     "CONFIG_KEYS",
+    "DEFAULT_PRICES",
     "EXIT_FAILURE",
     "EXIT_OK",
     "EXIT_USAGE",
     "PROG",
     "SUMMARY_ROWS",
+    "CacheUse",
     "CliError",
     "EventLog",
+    "Prices",
     "Problem",
     "ProviderInfo",
     "RequestRecord",
@@ -67,16 +86,23 @@ __all__ = (
     "WindowProvider",
     "build_config",
     "build_parser",
+    "cache_use",
+    "cumulative_billed",
     "format_table",
     "main",
+    "message_key",
     "parse_assignment",
     "parse_transcript",
     "replay",
+    "replay_sliding_window",
     "report_dict",
     "report_text",
     "run_replay",
+    "simulate_cache",
+    "sliding_window_view",
     "tallied_warnings",
     "use_agg_backend",
+    "write_cost_plot",
     "write_plot",
 )
 
@@ -225,6 +251,99 @@ def build_config(overrides: dict[str, Any], option: str) -> ContextConfig:
         raise CliError(f"{option}: {exc}", EXIT_USAGE) from exc
 
 
+# -- the bill --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """Price of one input token relative to a fresh one: fresh, cache read, cache write."""
+
+    fresh: float = 1.0
+    cache_read: float = 0.1
+    cache_write: float = 1.25
+
+    def billed(self, fresh: int, cache_read: int, cache_write: int) -> float:
+        """The billed-input equivalent (in fresh-token units) of these figures."""
+        return fresh * self.fresh + cache_read * self.cache_read + cache_write * self.cache_write
+
+    def describe(self) -> str:
+        return (
+            f"fresh {self.fresh:g}, cache read {self.cache_read:g}, "
+            f"cache write {self.cache_write:g} (x a fresh input token)"
+        )
+
+
+DEFAULT_PRICES: Final = Prices()
+
+
+@dataclass(frozen=True, slots=True)
+class CacheUse:
+    """One request through the simulated prompt cache (all in view tokens).
+
+    ``total == cache_read + cache_write + fresh``.
+    """
+
+    total: int
+    cache_read: int
+    cache_write: int
+    fresh: int
+    shared_messages: int
+    """Leading messages shared with the previous request's view (read from the cache)."""
+
+
+def cache_use(
+    previous: Sequence[tuple[str, int]] | None, current: Sequence[tuple[str, int]]
+) -> CacheUse:
+    """The cache figures of a view, given the previous request's view.
+
+    Views are ``(message key, tokens)`` pairs. The common prefix (compared message by
+    message) is read from the cache; of the rest, the last message - the new input - is
+    fresh and everything before it is written to the cache (the model of the demo's
+    ``provider-window``, without its request framing).
+    """
+    shared = 0
+    for before, now in zip(previous or (), current, strict=False):
+        if before[0] != now[0]:
+            break
+        shared += 1
+    tokens = [count for _, count in current]
+    read = sum(tokens[:shared])
+    fresh = tokens[-1] if shared < len(tokens) else 0
+    write = sum(tokens[shared:-1]) if shared < len(tokens) else 0
+    return CacheUse(sum(tokens), read, write, fresh, shared)
+
+
+def simulate_cache(views: Sequence[Sequence[tuple[str, int]]]) -> list[CacheUse]:
+    """``cache_use`` of each view against the one before it (the first has no cache)."""
+    uses: list[CacheUse] = []
+    previous: Sequence[tuple[str, int]] | None = None
+    for view in views:
+        uses.append(cache_use(previous, view))
+        previous = view
+    return uses
+
+
+def message_key(message: Mapping[str, Any]) -> str:
+    """A digest of what a provider sees of ``message`` (``metadata`` is not sent)."""
+    visible = {k: v for k, v in message.items() if k != "metadata"}
+    text = json.dumps(visible, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def _keyed(view: Sequence[Mapping[str, Any]]) -> list[tuple[str, int]]:
+    return [(message_key(m), estimate_message(m)) for m in view]
+
+
+def cumulative_billed(records: Sequence[RequestRecord], prices: Prices) -> list[float]:
+    """The running total of the billed input, request by request."""
+    out: list[float] = []
+    total = 0.0
+    for r in records:
+        total += prices.billed(r.cache.fresh, r.cache.cache_read, r.cache.cache_write)
+        out.append(total)
+    return out
+
+
 # -- replay ----------------------------------------------------------------------------
 
 
@@ -272,6 +391,8 @@ class RequestRecord:
     """The module's estimate of the returned view (notice included)."""
     compaction: dict[str, Any] | None
     """The ``context:compaction`` payload when this request emitted one."""
+    cache: CacheUse = CacheUse(0, 0, 0, 0, 0)
+    """The view through the simulated prompt cache (against the previous request's view)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,9 +405,14 @@ class Run:
     budget: dict[str, Any]
     """The last ``context:budget`` provenance (``effective_budget`` is the budget)."""
     records: list[RequestRecord]
+    prices: Prices = DEFAULT_PRICES
+    baseline: str | None = None
+    """Set for a baseline policy run (not the module): its description."""
 
     @property
     def label(self) -> str:
+        if self.baseline is not None:
+            return self.baseline
         return ", ".join(f"{k}={json.dumps(v)}" for k, v in self.overrides.items()) or "defaults"
 
     @property
@@ -322,6 +448,34 @@ class Run:
             "max_view_over_budget": round(max_view / budget, 4),
             "max_level": max((c["strategy_level"] for c in compactions), default=0),
             "floor_hits": sum(c.get("floor_tokens") is not None for c in compactions),
+            **self.bill(),
+        }
+
+    def bill(self) -> dict[str, Any]:
+        """The session's bill under the simulated prompt cache and ``prices``."""
+        uses = [r.cache for r in self.records]
+        total = sum(u.total for u in uses)
+        read = sum(u.cache_read for u in uses)
+        write = sum(u.cache_write for u in uses)
+        fresh = sum(u.fresh for u in uses)
+        billed = self.prices.billed(fresh, read, write)
+        budget: int = self.budget["effective_budget"]
+        return {
+            "input_tokens": total,
+            "cache_read_tokens": read,
+            "cache_write_tokens": write,
+            "fresh_tokens": fresh,
+            "cached_share": round(read / total, 4) if total else 0.0,
+            "billed_input": round(billed, 1),
+            "billed_over_input": round(billed / total, 4) if total else 0.0,
+            # A break: the cached prefix ends before the previous view's last message (a
+            # trailing message re-sent after new ones, e.g. the compaction notice, is not).
+            "prefix_breaks": sum(
+                u.shared_messages < r.view_messages - 1
+                for u, r in zip(uses[1:], self.records[:-1], strict=True)
+            ),
+            "over_budget_requests": sum(r.view_tokens > budget for r in self.records),
+            "provider_counts": 0,
         }
 
 
@@ -332,31 +486,38 @@ async def replay(
     *,
     name: str,
     overrides: dict[str, Any],
+    prices: Prices = DEFAULT_PRICES,
 ) -> Run:
     """Replay ``transcript`` through a fresh manager configured with ``config``.
 
     A request is made right before each assistant message is admitted and once at the
-    end. The manager's events are recorded through an ``EventLog`` hooks object.
+    end. The manager's events are recorded through an ``EventLog`` hooks object. Each
+    view goes through the simulated prompt cache (``cache_use``).
     """
     log = EventLog()
     manager = SimpleContextManager(**dataclasses.asdict(config), hooks=log)
     records: list[RequestRecord] = []
     admitted = history_tokens = 0
+    previous: list[tuple[str, int]] | None = None
 
     async def request() -> None:
+        nonlocal previous
         seen = len(log.events)
         view = await manager.get_messages_for_request(provider=provider)
         compaction = next((d for e, d in log.events[seen:] if e == COMPACTION_EVENT), None)
+        keyed = _keyed(view)
         records.append(
             RequestRecord(
                 number=len(records) + 1,
                 history_messages=admitted,
                 history_tokens=history_tokens,
                 view_messages=len(view),
-                view_tokens=sum(estimate_message(m) for m in view),
+                view_tokens=sum(tokens for _, tokens in keyed),
                 compaction=compaction,
+                cache=cache_use(previous, keyed),
             )
         )
+        previous = keyed
 
     for _, message in transcript.messages:
         if message.get("role") == "assistant":
@@ -369,7 +530,93 @@ async def replay(
         history_tokens += estimate_message(capped)
     await request()
     budgets = [d for e, d in log.events if e == BUDGET_EVENT]
-    return Run(name, overrides, config, budgets[-1], records)
+    return Run(name, overrides, config, budgets[-1], records, prices)
+
+
+def _units(messages: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """Non-system messages in droppable units: an assistant message with the results that
+    answer its calls is one unit; a message carrying only results that answer no call in
+    the unit before it (an orphan) is left out - a trimmer never sends a result alone."""
+    units: list[list[Mapping[str, Any]]] = []
+    open_calls: set[str] = set()
+    for message in messages:
+        if message.get("role") == "system":
+            continue
+        results, only_results = carried_result_ids(message)
+        if results and units and open_calls.intersection(results):
+            units[-1].append(message)
+            continue
+        if results and only_results:
+            continue  # answers no call of the unit before it
+        units.append([message])
+        open_calls = set(declared_call_ids(message))
+    return units
+
+
+def sliding_window_view(
+    messages: Sequence[Mapping[str, Any]], target: int
+) -> list[Mapping[str, Any]]:
+    """The view a per-request trimmer sends: system messages, then the newest units of
+    ``messages`` (``_units``) that fit ``target`` estimated tokens with them, dropping the
+    oldest first. The newest unit is always kept, even when it alone does not fit."""
+    system = [m for m in messages if m.get("role") == "system"]
+    units = _units(messages)
+    used = sum(estimate_message(m) for m in system)
+    sizes = [sum(estimate_message(m) for m in unit) for unit in units]
+    start = len(units)
+    while start > 0 and (start == len(units) or used + sizes[start - 1] <= target):
+        used += sizes[start - 1]
+        start -= 1
+    return [*system, *(m for unit in units[start:] for m in unit)]
+
+
+def replay_sliding_window(transcript: Transcript, module_run: Run, *, name: str = "sliding") -> Run:
+    """The sliding-window baseline on the requests of ``module_run``'s replay.
+
+    The same admitted messages (after the module's tool-result ingress cap) and the same
+    target as the module's compaction: ``target_usage`` x its effective budget.
+    """
+    config = module_run.config
+    budget: int = module_run.budget["effective_budget"]
+    target = int(budget * config.target_usage)
+    held: list[Mapping[str, Any]] = []
+    records: list[RequestRecord] = []
+    history_tokens = 0
+    previous: list[tuple[str, int]] | None = None
+
+    def request() -> None:
+        nonlocal previous
+        keyed = _keyed(sliding_window_view(held, target))
+        records.append(
+            RequestRecord(
+                number=len(records) + 1,
+                history_messages=len(held),
+                history_tokens=history_tokens,
+                view_messages=len(keyed),
+                view_tokens=sum(tokens for _, tokens in keyed),
+                compaction=None,
+                cache=cache_use(previous, keyed),
+            )
+        )
+        previous = keyed
+
+    for _, message in transcript.messages:
+        if message.get("role") == "assistant":
+            request()
+        capped, _ = cap_tool_result(message, config.max_tool_result_bytes)
+        held.append(capped)
+        history_tokens += estimate_message(capped)
+    request()
+    description = f"sliding window to target_usage x budget = {target:,} (per-request trim)"
+    return Run(
+        name,
+        module_run.overrides,
+        config,
+        module_run.budget,
+        records,
+        module_run.prices,
+        baseline=description,
+    )
 
 
 class WarningTally(logging.Handler):
@@ -423,10 +670,13 @@ def report_dict(transcript: Transcript, runs: Sequence[Run]) -> dict[str, Any]:
         "format": "jsonl" if transcript.unit == "line" else "array",
         "messages": len(transcript.messages),
         "skipped": [dataclasses.asdict(p) for p in transcript.problems],
+        "prices": dataclasses.asdict(runs[0].prices) if runs else None,
+        "cache_model": CACHE_MODEL,
         "runs": [
             {
                 "name": run.name,
                 "config": run.overrides,
+                "baseline": run.baseline,
                 "budget": run.budget,
                 "totals": run.totals(),
                 "compactions": [
@@ -440,6 +690,9 @@ def report_dict(transcript: Transcript, runs: Sequence[Run]) -> dict[str, Any]:
                         "view_messages": r.view_messages,
                         "view_tokens": r.view_tokens,
                         "compacted": r.compaction is not None,
+                        "cache_read_tokens": r.cache.cache_read,
+                        "cache_write_tokens": r.cache.cache_write,
+                        "fresh_tokens": r.cache.fresh,
                     }
                     for r in run.records
                 ],
@@ -464,8 +717,24 @@ SUMMARY_ROWS: Final = (
     ("max view / budget", "max_view_over_budget", "{:.1%}"),
     ("max level", "max_level", "{}"),
     ("floor hits", "floor_hits", "{}"),
+    ("total input tokens", "input_tokens", "{:,}"),
+    ("read from cache", "cache_read_tokens", "{:,}"),
+    ("cached share", "cached_share", "{:.1%}"),
+    ("cache writes", "cache_write_tokens", "{:,}"),
+    ("fresh input", "fresh_tokens", "{:,}"),
+    ("billed input", "billed_input", "{:,.0f}"),
+    ("billed / total input", "billed_over_input", "{:.3f}"),
+    ("prefix breaks", "prefix_breaks", "{:,}"),
+    ("over budget (rejected)", "over_budget_requests", "{:,}"),
+    ("provider counts", "provider_counts", "{:,}"),
 )
 """(title, ``totals`` key, format) of the summary table rows."""
+
+CACHE_MODEL: Final = (
+    "views counted with the module's estimator (estimate_message); per request the "
+    "leading messages shared with the previous view are cache reads, the last message is "
+    "fresh, the rest cache writes"
+)
 
 
 def report_text(transcript: Transcript, runs: Sequence[Run]) -> str:
@@ -473,12 +742,13 @@ def report_text(transcript: Transcript, runs: Sequence[Run]) -> str:
     count = f"{len(transcript.messages)} messages, {len(transcript.problems)} skipped"
     out = [f"transcript: {transcript.path} ({count})"]
     out += [f"{run.name}: {run.label}" for run in runs]
-    prefix = len(runs) > 1
+    module_runs = [run for run in runs if run.baseline is None]
+    prefix = len(module_runs) > 1
     headers = ["request"]
-    for run in runs:
+    for run in module_runs:
         tag = f"{run.name} " if prefix else ""
         headers += [f"{tag}level", f"{tag}tokens", f"{tag}messages"]
-    by_number = [run.compactions for run in runs]
+    by_number = [run.compactions for run in module_runs]
     rows = []
     for number in sorted(set().union(*by_number)):
         row = [str(number)]
@@ -499,6 +769,11 @@ def report_text(transcript: Transcript, runs: Sequence[Run]) -> str:
     totals = [run.totals() for run in runs]
     summary = [[title, *(spec.format(t[key]) for t in totals)] for title, key, spec in SUMMARY_ROWS]
     out += ["", "summary", format_table(["", *(run.name for run in runs)], summary)]
+    if runs:
+        out += [
+            f"bill: prices {runs[0].prices.describe()}",
+            f"cache model: {CACHE_MODEL}",
+        ]
     return "\n".join(out)
 
 
@@ -574,7 +849,50 @@ def write_plot(runs: Sequence[Run], path: Path, title: str) -> None:
         plt.close(fig)
 
 
+def write_cost_plot(runs: Sequence[Run], path: Path, title: str) -> None:
+    """Write a PNG of the cumulative billed input per request, one line per run.
+
+    Raises:
+        CliError: (exit 1) matplotlib is not installed or the file cannot be written.
+    """
+    use_agg_backend()
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(figsize=(11, 5))
+    for run in runs:
+        billed = cumulative_billed(run.records, run.prices)
+        axes.plot(
+            [r.number for r in run.records],
+            billed,
+            lw=1.4,
+            label=f"{run.name}: {run.label} ({billed[-1]:,.0f})",
+        )
+    axes.set_title(f"{title}\nprices: {runs[0].prices.describe()}", fontsize=10)
+    axes.set_xlabel("request")
+    axes.set_ylabel("cumulative billed input (fresh-token equivalents)")
+    axes.set_ylim(bottom=0)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110, format="png")
+    except OSError as exc:
+        raise CliError(f"cannot write plot {path}: {exc.strerror or exc}", EXIT_FAILURE) from exc
+    finally:
+        plt.close(fig)
+
+
 # -- command line ----------------------------------------------------------------------
+
+
+def _price(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -609,7 +927,31 @@ def build_parser() -> argparse.ArgumentParser:
     replay_cmd.add_argument(
         "--max-output", type=int, metavar="N", help="provider max output tokens"
     )
+    replay_cmd.add_argument(
+        "--sliding-window",
+        action="store_true",
+        help="also replay a per-request sliding-window trimmer (the baseline) to "
+        "target_usage x budget",
+    )
+    for option, default, what in (
+        ("--price-fresh", DEFAULT_PRICES.fresh, "a fresh input token"),
+        ("--price-cache-read", DEFAULT_PRICES.cache_read, "a token read from the cache"),
+        ("--price-cache-write", DEFAULT_PRICES.cache_write, "a token written to the cache"),
+    ):
+        replay_cmd.add_argument(
+            option,
+            type=_price,
+            default=default,
+            metavar="X",
+            help=f"price of {what}, in fresh-token units (default {default:g})",
+        )
     replay_cmd.add_argument("--plot", type=Path, metavar="FILE", help="write a PNG plot")
+    replay_cmd.add_argument(
+        "--plot-cost",
+        type=Path,
+        metavar="FILE",
+        help="write a PNG of the cumulative billed input per run",
+    )
     replay_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
@@ -623,8 +965,9 @@ def run_replay(args: argparse.Namespace) -> int:
         if args.window <= 0 or args.max_output <= 0:
             raise CliError("--window and --max-output must be positive", EXIT_USAGE)
         provider = WindowProvider(args.window, args.max_output)
-    if args.plot is not None:
+    if args.plot is not None or args.plot_cost is not None:
         use_agg_backend()  # fail before the replay, not after it
+    prices = Prices(args.price_fresh, args.price_cache_read, args.price_cache_write)
     base = dict(args.overrides)
     configs = [("A", base, build_config(base, "--set"))]
     if args.compare:
@@ -643,23 +986,32 @@ def run_replay(args: argparse.Namespace) -> int:
 
     async def replay_all() -> list[Run]:
         return [  # noqa: ASYNC910 - every replay awaits the module
-            await replay(transcript, config, provider, name=name, overrides=overrides)
+            await replay(
+                transcript, config, provider, name=name, overrides=overrides, prices=prices
+            )
             for name, overrides, config in configs
         ]
 
     with tallied_warnings() as warnings:
         runs = anyio.run(replay_all)
+    if args.sliding_window:
+        runs.append(replay_sliding_window(transcript, runs[0]))
     for count, first in warnings.tally.values():
         times = f" ({count} times; the first shown)" if count > 1 else ""
         print(f"{PROG}: module warning{times}: {first}", file=sys.stderr)
     if args.plot is not None:
         write_plot(runs, args.plot, f"context-simple replay of {args.transcript.name}")
+    if args.plot_cost is not None:
+        title = f"context-simple replay of {args.transcript.name}: cumulative billed input"
+        write_cost_plot(runs, args.plot_cost, title)
     if args.json:
         print(json.dumps(report_dict(transcript, runs), indent=2, ensure_ascii=False))
     else:
         print(report_text(transcript, runs))
         if args.plot is not None:
             print(f"\nplot written to {args.plot}")
+        if args.plot_cost is not None:
+            print(f"\ncost plot written to {args.plot_cost}")
     return EXIT_OK
 
 

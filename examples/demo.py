@@ -11,8 +11,12 @@ and ``loop-negotiating`` as the orchestrator:
 
 For each run it prints a table of the requests where something happened (plus every Nth),
 a summary row, and writes ``out/demo-<run>.png`` (context occupancy over requests) and
-``out/demo-<run>.json`` (every row). Exit code 0 only when no run hit an unhandled
-provider overflow (or a session error).
+``out/demo-<run>.json`` (every row). The summary carries the session's bill: the
+provider simulates a prefix cache and reports, per accepted request, the tokens read from
+the cache (the prefix shared with the previous request), written to it and sent fresh;
+the billed input prices them (``--price-fresh/--price-cache-read/--price-cache-write``,
+defaults 1.0, 0.1, 1.25). ``out/demo-cost.png`` plots the cumulative billed input of every
+run. Exit code 0 only when no run hit an unhandled provider overflow (or a session error).
 
 The example modules are found through their entry points when installed (the ``demo``
 dependency group) and otherwise through ``sys.path`` (their directories are added here).
@@ -61,6 +65,79 @@ STALE_WINDOW = 40_000
 
 
 @dataclass(frozen=True)
+class Prices:
+    """Price of one input token relative to a fresh one."""
+
+    fresh: float = 1.0
+    cache_read: float = 0.1
+    cache_write: float = 1.25
+
+    def billed(self, usage: Usage) -> float:
+        """The billed-input equivalent of one request's usage."""
+        return (
+            usage.fresh * self.fresh
+            + usage.cache_read * self.cache_read
+            + usage.cache_write * self.cache_write
+        )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One accepted request's input as the provider reports it (``llm:response``).
+
+    ``input_tokens`` is gross (fresh + cache read); ``cache_write`` is disjoint.
+    """
+
+    input_tokens: int
+    cache_read: int
+    cache_write: int
+
+    @classmethod
+    def from_payload(cls, usage: dict[str, Any]) -> Usage:
+        return cls(
+            int(usage.get("input_tokens") or 0),
+            int(usage.get("cache_read_tokens") or 0),
+            int(usage.get("cache_write_tokens") or 0),
+        )
+
+    @property
+    def fresh(self) -> int:
+        return self.input_tokens - self.cache_read
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.cache_write
+
+
+@dataclass(frozen=True)
+class Bill:
+    """A run's input bill: totals over its accepted requests."""
+
+    requests: int
+    total: int
+    cache_read: int
+    cache_write: int
+    fresh: int
+    billed: float
+
+    @property
+    def cached_share(self) -> float:
+        return self.cache_read / self.total if self.total else 0.0
+
+
+def bill(usages: Sequence[Usage], prices: Prices) -> Bill:
+    """Sum ``usages`` and price them."""
+    return Bill(
+        requests=len(usages),
+        total=sum(u.total for u in usages),
+        cache_read=sum(u.cache_read for u in usages),
+        cache_write=sum(u.cache_write for u in usages),
+        fresh=sum(u.fresh for u in usages),
+        billed=sum(prices.billed(u) for u in usages),
+    )
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """One of the three runs: the loop mode, the context's token meter, and whether the
     provider advertises a stale (larger) window than the one it enforces."""
@@ -97,6 +174,8 @@ class RunResult:
     compactions: int = 0
     degraded: str | None = None
     plot: Path | None = None
+    usages: list[Usage] = field(default_factory=list)
+    """The provider's usage of every accepted request, in order."""
 
     @property
     def ok(self) -> bool:
@@ -122,6 +201,13 @@ async def run_conversation(
     session = AmplifierSession(mount_plan(spec, provider_config))
     session.coordinator.register_capability(SCRIPT_CAPABILITY, conversation)
     await session.initialize()
+
+    async def on_response(event: str, data: dict[str, Any]) -> None:
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            result.usages.append(Usage.from_payload(usage))
+
+    session.coordinator.hooks.register("llm:response", on_response, name="demo-bill")
     try:
         context = session.coordinator.get("context")
         await context.add_message({"role": "system", "content": SYSTEM_PROMPT})
@@ -222,19 +308,25 @@ def request_table(result: RunResult, every: int, limit: int) -> Table:
     return table
 
 
-def summary_table(results: Sequence[RunResult]) -> Table:
-    """One summary row per run."""
-    table = Table(title="summary", title_justify="left")
+def summary_table(results: Sequence[RunResult], prices: Prices | None = None) -> Table:
+    """One summary row per run, with its input bill under ``prices``."""
+    prices = prices or Prices()
+    table = Table(
+        title=f"summary (billed input: fresh x {prices.fresh:g} + cache read x "
+        f"{prices.cache_read:g} + cache write x {prices.cache_write:g})",
+        title_justify="left",
+    )
     columns = (
         "run", "requests", "turns ok", "compaction boundaries", "provider overflows",
         "recovered", "unhandled", "context fail-closed", "provider counts", "peak view",
-        "seconds",
+        "input tokens", "cached", "cache writes", "billed input", "seconds",
     )  # fmt: skip
     for name in columns:
         table.add_column(name, justify="left" if name == "run" else "right")
     for result in results:
         peak = max((row.view_tokens or 0 for row in result.rows), default=0)
         unhandled = f"[bold red]{result.unhandled}[/]" if result.unhandled else "0"
+        cost = bill(result.usages, prices)
         table.add_row(
             result.spec.key,
             str(len(result.rows)),
@@ -246,6 +338,10 @@ def summary_table(results: Sequence[RunResult]) -> Table:
             str(result.context_failures),
             str(result.count_calls),
             f"{peak:,}",
+            f"{cost.total:,}",
+            f"{cost.cached_share:.1%}",
+            f"{cost.cache_write:,}",
+            f"{cost.billed:,.0f}",
             f"{result.seconds:.1f}",
         )
     return table
@@ -279,6 +375,35 @@ def plot_run(result: RunResult, path: Path) -> Path:
     bottom.set_ylim(0, max(rows[0].window if rows else 1, 1) * 1.1)
     bottom.legend(loc="lower right", fontsize="small")
     figure.suptitle(f"context-simple demo: {result.spec.title}")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def plot_cost(results: Sequence[RunResult], prices: Prices, path: Path) -> Path:
+    """Cumulative billed input over the accepted requests, one line per run."""
+    figure, axes = plt.subplots(figsize=(11, 5))
+    for result in results:
+        running, total = [], 0.0
+        for usage in result.usages:
+            total += prices.billed(usage)
+            running.append(total)
+        axes.plot(
+            range(1, len(running) + 1),
+            running,
+            label=f"{result.spec.title} ({total:,.0f})",
+        )
+    axes.set_xlabel("accepted provider request")
+    axes.set_ylabel("cumulative billed input (fresh-token equivalents)")
+    axes.set_ylim(bottom=0)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper left", fontsize="small")
+    axes.set_title(
+        f"context-simple demo: what the session costs (fresh x {prices.fresh:g}, "
+        f"cache read x {prices.cache_read:g}, cache write x {prices.cache_write:g})"
+    )
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
@@ -328,13 +453,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--every", type=int, default=25, help="also show every Nth request")
     parser.add_argument("--limit", type=int, default=30, help="at most this many notable rows")
     parser.add_argument("--out", type=Path, default=ROOT / "out")
+    parser.add_argument("--price-fresh", type=float, default=Prices.fresh)
+    parser.add_argument("--price-cache-read", type=float, default=Prices.cache_read)
+    parser.add_argument("--price-cache-write", type=float, default=Prices.cache_write)
     return parser.parse_args(list(argv))
 
 
 async def main(argv: Sequence[str]) -> int:
     """Run the selected runs; return the process exit code."""
     options = parse_args(argv)
-    console = Console(width=None if sys.stdout.isatty() else 150)
+    console = Console(width=None if sys.stdout.isatty() else 210)
     conversation = build_conversation(options.turns)
     stats = conversation.stats()
     console.print(
@@ -350,7 +478,10 @@ async def main(argv: Sequence[str]) -> int:
             result = await run_conversation(spec, conversation, provider_config(spec, options))
         report_run(console, result, options, tally)
         results.append(result)
-    console.print(summary_table(results))
+    prices = Prices(options.price_fresh, options.price_cache_read, options.price_cache_write)
+    console.print(summary_table(results, prices))
+    if results:
+        console.print(f"cost plot: {plot_cost(results, prices, options.out / 'demo-cost.png')}")
     failed = [result.spec.key for result in results if not result.ok]
     verdict = "[bold red]FAILED[/]: " + ", ".join(failed) if failed else "[bold green]ok[/]"
     console.print(f"verdict: {verdict} (unhandled provider overflows / session errors)")

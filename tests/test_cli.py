@@ -308,3 +308,154 @@ def test_history_tokens_are_counted_as_admitted_after_the_ingress_cap(
     assert run["totals"]["compaction_boundaries"] == 0
     assert last["view_tokens"] == last["history_tokens"]
     assert "Traceback" not in err
+
+
+# -- the bill: simulated prompt cache, prices, the sliding-window baseline ----------------
+
+REAL_052 = ROOT / "tests" / "data" / "real" / "openai_tau_airline_052.jsonl"
+
+
+def test_cache_simulation_and_billing_on_a_prefix_change() -> None:
+    from amplifier_module_context_simple.cli import CacheUse, Prices, simulate_cache
+
+    first = [("system", 100), ("a", 50), ("b", 30)]
+    grown = [*first, ("c", 20), ("d", 10)]
+    changed_at_1 = [("system", 100), ("A", 60), ("b", 30), ("c", 20), ("d", 10), ("e", 5)]
+    uses = simulate_cache([first, grown, changed_at_1])
+    assert uses == [
+        CacheUse(total=180, cache_read=0, cache_write=150, fresh=30, shared_messages=0),
+        CacheUse(total=210, cache_read=180, cache_write=20, fresh=10, shared_messages=3),
+        CacheUse(total=225, cache_read=100, cache_write=120, fresh=5, shared_messages=1),
+    ]
+    prices = Prices()
+    billed = [prices.billed(u.fresh, u.cache_read, u.cache_write) for u in uses]
+    assert billed == [217.5, 53.0, 165.0]
+    assert Prices(1.0, 0.5, 2.0).billed(10, 100, 20) == 100.0
+    # An unchanged view is read from the cache entirely.
+    assert simulate_cache([first, first])[1] == CacheUse(180, 180, 0, 0, 3)
+
+
+def _sample_transcript() -> Any:
+    from amplifier_module_context_simple.cli import parse_transcript
+
+    return parse_transcript(SAMPLE, SAMPLE.read_bytes())
+
+
+def _results_have_their_calls(view: list[Any]) -> bool:
+    from amplifier_module_context_simple.context.classify import (
+        carried_result_ids,
+        declared_call_ids,
+    )
+
+    declared: set[str] = set()
+    for message in view:
+        results, _ = carried_result_ids(message)
+        if not set(results) <= declared:
+            return False
+        declared |= set(declared_call_ids(message))
+    return True
+
+
+@pytest.mark.parametrize("target", [300, 2_000, 12_952])
+def test_sliding_window_keeps_calls_with_results_and_fits_the_target(target: int) -> None:
+    from amplifier_module_context_simple.cli import sliding_window_view
+
+    messages = [message for _, message in _sample_transcript().messages]
+    for end in range(1, len(messages) + 1):
+        view = sliding_window_view(messages[:end], target)
+        assert _results_have_their_calls(view)
+        assert view[-1] is messages[end - 1] or messages[end - 1].get("role") == "tool"
+        size = sum(estimate_message(m) for m in view)
+        if size > target:  # only the newest unit (call + results), which is never dropped
+            assert len([m for m in view if m.get("role") == "assistant"]) <= 1
+
+
+def test_sliding_window_replay_fits_target_usage_times_budget(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report, _ = run_json(capsys, str(SAMPLE), *WINDOW, "--sliding-window")
+    module, sliding = report["runs"]
+    assert sliding["name"] == "sliding"
+    assert sliding["baseline"].startswith("sliding window")
+    target = int(module["totals"]["budget"] * 0.5)
+    assert max(r["view_tokens"] for r in sliding["requests"]) <= target
+    assert len(sliding["requests"]) == len(module["requests"])
+
+
+def summary_rows(out: str) -> dict[str, list[str]]:
+    """The summary table: title -> cells (split on runs of two or more spaces)."""
+    import re
+
+    lines = out.split("\nsummary\n")[1].splitlines()
+    rows = {}
+    for line in lines[2:]:
+        if line.startswith(("bill:", "cache model:")):
+            break
+        title, *cells = re.split(r"\s{2,}", line.strip())
+        rows[title] = cells
+    return rows
+
+
+def test_compare_with_the_sliding_window_on_the_sample(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["replay", str(SAMPLE), *WINDOW, "--compare", "target_usage=0.4", "--sliding-window"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    header = out.split("\nsummary\n")[1].splitlines()[0].split()
+    assert header == ["A", "B", "sliding"]
+    rows = summary_rows(out)
+    for title in ("total input tokens", "cached share", "cache writes", "billed input", "requests"):
+        assert len(rows[title]) == 3
+    billed = [float(cell.replace(",", "")) for cell in rows["billed input"]]
+    assert billed[0] < billed[2]  # the module's sticky decisions cost less than trimming
+    assert rows["requests"] == ["158", "158", "158"]
+    assert "prices fresh 1, cache read 0.1, cache write 1.25" in out
+
+
+def test_compare_with_the_sliding_window_on_a_real_conversation(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["replay", str(REAL_052), *WINDOW, "--sliding-window"]) == 0
+    rows = summary_rows(capsys.readouterr().out)
+    for title in ("total input tokens", "cached share", "cache writes", "billed input", "requests"):
+        assert len(rows[title]) == 2
+    # Within a 32k window this conversation never needs trimming: both bills are equal.
+    assert rows["billed input"][0] == rows["billed input"][1]
+    assert rows["compaction boundaries"] == ["0", "0"]
+
+
+def test_json_totals_carry_the_bill_and_the_prices_apply(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report, _ = run_json(capsys, str(SAMPLE), *WINDOW)
+    totals = report["runs"][0]["totals"]
+    assert totals["input_tokens"] == (
+        totals["cache_read_tokens"] + totals["cache_write_tokens"] + totals["fresh_tokens"]
+    )
+    requests = report["runs"][0]["requests"]
+    assert sum(r["view_tokens"] for r in requests) == totals["input_tokens"]
+    expected = (
+        totals["fresh_tokens"]
+        + 0.1 * totals["cache_read_tokens"]
+        + 1.25 * totals["cache_write_tokens"]
+    )
+    assert totals["billed_input"] == round(expected, 1)
+    flat, _ = run_json(
+        capsys, str(SAMPLE), *WINDOW, "--price-cache-read", "1", "--price-cache-write", "1"
+    )
+    assert flat["runs"][0]["totals"]["billed_input"] == totals["input_tokens"]
+    assert flat["prices"] == {"fresh": 1.0, "cache_read": 1.0, "cache_write": 1.0}
+
+
+def test_bad_price_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(SAMPLE), "--price-fresh", "-1"]) == 2
+    assert "--price-fresh" in capsys.readouterr().err
+
+
+def test_plot_cost_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "cost.png"
+    argv = ["replay", str(SAMPLE), *WINDOW, "--sliding-window", "--plot-cost", str(target)]
+    assert main(argv) == 0
+    assert target.read_bytes().startswith(PNG_SIGNATURE)
+    assert f"cost plot written to {target}" in capsys.readouterr().out

@@ -446,3 +446,51 @@ async def test_measured_refused_commit_rolls_back_without_dispatch() -> None:
     answer, _ = await run_fake_measured(journal, commits=False)
     assert journal == ["commit", "rollback"]
     assert answer == "[turn cancelled]"
+
+
+# -- the demo's bill ---------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_demo_bill_prices_the_providers_cache_figures() -> None:
+    import demo
+
+    coordinator = ModuleCoordinator()
+    usages: list[Any] = []
+
+    async def on_response(event: str, data: dict[str, Any]) -> None:
+        usages.append(demo.Usage.from_payload(data["usage"]))
+
+    coordinator.hooks.register("llm:response", on_response, name="test-bill")
+    await mount_provider(coordinator, {"name": "w"})
+    window = coordinator.get("providers")["w"]
+    first = request("A long and stable system-like prefix. " * 20)
+    second = request("A long and stable system-like prefix. " * 20, "and a new question")
+    await window.complete(first)
+    await window.complete(second)
+    totals = [window.count_request_tokens(first), window.count_request_tokens(second)]
+    assert [u.total for u in usages] == totals
+    assert usages[0].cache_read == 0
+    assert usages[1].cache_read == totals[0] - 3
+    bill = demo.bill(usages, demo.Prices())
+    assert bill.total == sum(totals)
+    assert bill.total == bill.fresh + bill.cache_read + bill.cache_write
+    assert bill.billed == pytest.approx(
+        bill.fresh + 0.1 * bill.cache_read + 1.25 * bill.cache_write
+    )
+    assert demo.Usage(100, 60, 30).fresh == 40
+    assert demo.Prices(1.0, 0.1, 1.25).billed(demo.Usage(100, 60, 30)) == pytest.approx(83.5)
+
+
+def test_demo_summary_has_the_cost_columns() -> None:
+    import demo
+
+    table = demo.summary_table([demo.RunResult(demo.RUNS[0], usages=[demo.Usage(100, 60, 30)])])
+    headers = [str(column.header) for column in table.columns]
+    assert headers[-5:] == ["input tokens", "cached", "cache writes", "billed input", "seconds"]
+    assert "provider counts" in headers
+    assert "compaction boundaries" in headers
+    cells = {str(c.header): next(iter(c.cells)) for c in table.columns}
+    assert cells["input tokens"] == "130"
+    assert cells["cached"] == "46.2%"
+    assert cells["billed input"] == "84"
