@@ -167,11 +167,14 @@ async def compaction_lists(
     Replays our ladder rung by rung on ``manager``'s uncompacted history (nothing is
     committed). Returns the lists (see the module docstring) and the level reached.
     """
-    plan = await manager.plan_request(token_budget=budget, provider=None, retain=(), hard_fit=False)
+    # the store's own planning and ladder (private: the benchmark replays its internals)
+    plan = await manager._plan_request(
+        token_budget=budget, provider=None, retain=(), hard_fit=False
+    )
     whole = [e.stored for e in manager._history.entries if e.public is not None]
     systems = [e.public for e in manager._history.entries if e.kind == SYSTEM and e.public]
-    ladder = manager.ladder_for(
-        plan, plan.decisions, target=manager.ordinary_target(plan), extra_protected=frozenset()
+    ladder = manager._ladder_for(
+        plan, plan.decisions, target=manager._ordinary_target(plan), extra_protected=frozenset()
     )
     lists: list[list[dict[str, Any]]] = [whole, whole]  # trigger, old_tokens
     for rung in range(1, RUNG_COUNT + 1):
