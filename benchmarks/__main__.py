@@ -26,6 +26,7 @@ import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from benchmarks import calibrate, negotiation, real, timing
 from benchmarks.timing import SizeResult
@@ -95,6 +96,11 @@ class Table:
         return "\n".join(lines)
 
 
+RESUME_LIMIT: Final = 2.0
+"""A fresh ``set_messages`` (session resume) may cost at most this many ``json.dumps`` of
+the same history (issue 13)."""
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.2f}" if seconds < 0.1 else f"{seconds * 1e3:,.0f}"
 
@@ -160,6 +166,16 @@ def size_targets(results: Sequence[SizeResult]) -> list[Target]:
                     cpu < SCALING_LIMIT,
                 )
             )
+    resume_cpu = largest.cpu["set_messages"] / largest.cpu["json_dumps"]
+    resume_wall = largest.wall["set_messages"] / largest.wall["json_dumps"]
+    targets.append(
+        Target(
+            f"fresh set_messages on {label} / json.dumps of the same history",
+            f"cpu {_x(resume_cpu)} (wall {_x(resume_wall)})",
+            f"<= {RESUME_LIMIT:.0f}x",
+            resume_cpu <= RESUME_LIMIT,
+        )
+    )
     fraction = largest.request_mem / largest.history_mem
     targets.append(
         Target(
@@ -253,6 +269,17 @@ def size_rows(results: Sequence[SizeResult]) -> list[list[str]]:
     return [
         row("history: JSON MB / estimated tokens", lambda r: f"{r.json_mb:.1f} / {r.tokens:,}"),
         row("admission (add_message) [messages/s]", lambda r: f"{r.admission_rate:,.0f}"),
+        row(
+            "fresh set_messages / json.dumps [ms]",
+            lambda r: (
+                f"{_x(r.cpu['set_messages'] / r.cpu['json_dumps'])} "
+                f"({_ms(r.wall['set_messages'])} / {_ms(r.wall['json_dumps'])})"
+            ),
+        ),
+        row(
+            "extending set_messages (+1) / add_message [ms]",
+            lambda r: f"{_ms(r.wall['extend'])} / {_ms(r.wall['add_one'])}",
+        ),
         row("steady-state request, ours [ms]", lambda r: _ms(r.wall["steady"])),
         row("steady-state request, baseline [ms]", lambda r: _ms(r.wall["steady_base"])),
         row("  speedup (baseline / ours): wall / cpu", speedup("steady_base", "steady")),
@@ -398,6 +425,11 @@ Legend
   and scaling) use the CPU-time medians, since CPU time does not count the time other
   processes on the machine take from this one; the wall-clock ratio is shown beside
   each. Repeats are interleaved across sizes (and baseline samples with ours).
+- Session resume: a fresh SimpleContextManager().set_messages(history) against
+  json.dumps(history) of the same list (ratio of CPU medians; wall ms in brackets); then,
+  on that store, set_messages(history + one new message) (an extension: decisions kept,
+  only the new message admitted, but every earlier message is compared to the stored
+  one) and one add_message.
 - Memory: history = tracemalloc current after decoding the session JSON and admitting it
   (the decoded list dropped): what the manager keeps, content included. Request extra =
   tracemalloc peak during one steady-state request minus current before it (the returned

@@ -98,6 +98,10 @@ METRICS: tuple[str, ...] = (
     "reestimation",
     "sticky",
     "sticky_base",
+    "json_dumps",
+    "set_messages",
+    "extend",
+    "add_one",
 )
 """Timed figures per size. ``steady_base`` / ``sticky_base``: the baseline request;
 ``reestimation``: the baseline's extra full-list re-estimations of a compaction request."""
@@ -256,6 +260,23 @@ async def measure(sizes: Sequence[int], reps: Repeats) -> list[SizeResult]:
             elapsed, managers[n] = await _timed(partial(_admit, sessions[n]))
             samples["admission"][n].append(elapsed)
     tokens = {n: sum(e.tokens for e in managers[n]._history.entries) for n in sizes}
+
+    # session resume: a fresh set_messages next to json.dumps of the same list, then an
+    # extending set_messages (+1 message) and one add_message on the resumed store
+    for round_ in range(reps.admission):
+        for n in sizes:
+            messages = sessions[n]
+            samples["json_dumps"][n].append(_timed_sync(partial(json.dumps, messages)))
+            resumed = SimpleContextManager()
+            elapsed, _ = await _timed(partial(resumed.set_messages, messages))
+            samples["set_messages"][n].append(elapsed)
+            extended = [*messages, _follow_up(2 * round_)]
+            elapsed, _ = await _timed(partial(resumed.set_messages, extended))
+            samples["extend"][n].append(elapsed)
+            assert len(resumed._history) == n + 1
+            elapsed, _ = await _timed(partial(resumed.add_message, _follow_up(2 * round_ + 1)))
+            samples["add_one"][n].append(elapsed)
+            del resumed
 
     # steady state, ours and (interleaved, in the first rounds) the baseline on the stored
     # messages (metadata with _seq and timestamp, as the existing module stores them)
