@@ -395,6 +395,26 @@ class RequestRecord:
     """The view through the simulated prompt cache (against the previous request's view)."""
 
 
+def _record(
+    number: int,
+    history_messages: int,
+    history_tokens: int,
+    keyed: Sequence[tuple[str, int]],
+    compaction: dict[str, Any] | None,
+    previous: Sequence[tuple[str, int]] | None,
+) -> RequestRecord:
+    """One replayed request's record: ``keyed`` is the view as (key, tokens) pairs."""
+    return RequestRecord(
+        number=number,
+        history_messages=history_messages,
+        history_tokens=history_tokens,
+        view_messages=len(keyed),
+        view_tokens=sum(tokens for _, tokens in keyed),
+        compaction=compaction,
+        cache=cache_use(previous, keyed),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     """The replay of one configuration."""
@@ -507,15 +527,7 @@ async def replay(
         compaction = next((d for e, d in log.events[seen:] if e == COMPACTION_EVENT), None)
         keyed = _keyed(view)
         records.append(
-            RequestRecord(
-                number=len(records) + 1,
-                history_messages=admitted,
-                history_tokens=history_tokens,
-                view_messages=len(view),
-                view_tokens=sum(tokens for _, tokens in keyed),
-                compaction=compaction,
-                cache=cache_use(previous, keyed),
-            )
+            _record(len(records) + 1, admitted, history_tokens, keyed, compaction, previous)
         )
         previous = keyed
 
@@ -587,17 +599,7 @@ def replay_sliding_window(transcript: Transcript, module_run: Run, *, name: str 
     def request() -> None:
         nonlocal previous
         keyed = _keyed(sliding_window_view(held, target))
-        records.append(
-            RequestRecord(
-                number=len(records) + 1,
-                history_messages=len(held),
-                history_tokens=history_tokens,
-                view_messages=len(keyed),
-                view_tokens=sum(tokens for _, tokens in keyed),
-                compaction=None,
-                cache=cache_use(previous, keyed),
-            )
-        )
+        records.append(_record(len(records) + 1, len(held), history_tokens, keyed, None, previous))
         previous = keyed
 
     for _, message in transcript.messages:

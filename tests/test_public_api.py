@@ -200,7 +200,11 @@ def test_required_content_too_large_error() -> None:
 
     with pytest.raises(RequiredContentTooLargeError) as raised:
         run(scenario())
-    assert raised.value.budget == 100 and raised.value.required > 100
+    error = raised.value
+    assert error.budget == 100 and error.required is not None and error.required > 100
+    # the same figures as ProviderLimitError: what had to fit, the limit, rung and reason
+    assert (error.limit, error.rung, error.reason) == (100, 0, "required_over_budget")
+    assert error.estimated == error.required
 
 
 def test_token_meter_error() -> None:
@@ -282,20 +286,3 @@ def test_every_error_is_documented() -> None:
         TransactionStateError,
     ):
         assert inspect.getdoc(error), error
-
-
-def test_required_content_errors_carry_the_same_figures_as_provider_errors() -> None:
-    """Every fail-closed error names what had to fit, the limit, the rung and a reason."""
-
-    async def scenario() -> None:
-        manager = SimpleContextManager()
-        await manager.add_message({"role": "user", "content": "word " * 4000})
-        await manager.get_messages_for_request_retaining(
-            retain_contents=[], token_budget=100, hard_fit=True
-        )
-
-    with pytest.raises(RequiredContentTooLargeError) as raised:
-        run(scenario())
-    error = raised.value
-    assert (error.limit, error.rung, error.reason) == (100, 0, "required_over_budget")
-    assert error.estimated == error.required and error.estimated > 100
