@@ -842,6 +842,15 @@ def write_plot(runs: Sequence[Run], path: Path, title: str) -> None:
         axes.set_ylim(bottom=0)
         axes.grid(alpha=0.3)
         axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _save(plt, fig, path)
+
+
+def _save(plt: Any, fig: Any, path: Path) -> None:
+    """Write ``fig`` as a PNG to ``path`` and close it.
+
+    Raises:
+        CliError: (exit 1) the file cannot be written.
+    """
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=110, format="png")
@@ -875,13 +884,7 @@ def write_cost_plot(runs: Sequence[Run], path: Path, title: str) -> None:
     axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110, format="png")
-    except OSError as exc:
-        raise CliError(f"cannot write plot {path}: {exc.strerror or exc}", EXIT_FAILURE) from exc
-    finally:
-        plt.close(fig)
+    _save(plt, fig, path)
 
 
 # -- command line ----------------------------------------------------------------------

@@ -56,9 +56,6 @@ class FloorMark:
     """History entries the request saw."""
 
 
-_MISSING: Final = object()
-
-
 MAX_OMITTED_CALLS: Final = 100
 """The most omitted calls the stats keep (the most recent ones)."""
 

@@ -60,7 +60,6 @@ logger = logging.getLogger(__name__)
 
 COMPACTION_EVENT: Final = "context:compaction"
 BUDGET_EVENT: Final = "context:budget"
-_MISSING: Final = object()
 
 T = TypeVar("T")
 CONFIG_KEYS: Final = frozenset(field.name for field in dataclasses.fields(ContextConfig))
@@ -159,7 +158,6 @@ class ContextStore:
         self._last_emitted_budget: dict[str, Any] | None = None
         self._learned: LearnedLimit | None = None
         """The provider limit learned from a provider-directed hard-fit rebuild."""
-        self._last_effective_budget: int | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None, *, hooks: Any = None) -> Self:
@@ -284,12 +282,16 @@ class ContextStore:
         entries = self._history.entries
         if not entries or len(messages) < len(entries):
             return None
-        for index, message in enumerate(messages):
+        # Validated as compared: an unrelated list stops at its first message and
+        # build_history validates it once, whole.
+        for index, (entry, message) in enumerate(zip(entries, messages, strict=False)):
             validate_message(message, index)
-        for entry, message in zip(entries, messages, strict=False):
             if _as_seen(entry.stored) != _as_seen(cap_tool_result(message, cap)[0]):
                 return None
-        return messages[len(entries) :]
+        extension = messages[len(entries) :]
+        for index, message in enumerate(extension, start=len(entries)):
+            validate_message(message, index)
+        return extension
 
     async def get_messages(self) -> list[dict[str, Any]]:
         """The full canonical history: a new list of copies of the admitted messages."""
@@ -626,7 +628,6 @@ class ContextStore:
         return frozenset(e.seq for e in entries[: plan.length] if e.info.is_developer)
 
     def _publish_meter(self, estimated: int, budget: int, *, synthesized: int = 0) -> None:
-        self._last_effective_budget = budget
         stats = self._meter.stats(
             mode=self._config.token_meter,
             estimated=estimated,

@@ -49,6 +49,7 @@ from amplifier_module_context_simple.negotiator.transaction import (
     _Machine,
 )
 from tests.negotiator.orchestrator import conversation
+from tests.negotiator.test_transaction import API, TAKES_CANDIDATE
 from tests.support import replaced
 
 S, E = TxnState, TxnEvent
@@ -81,17 +82,6 @@ MODEL_TABLE: dict[TxnState, dict[TxnEvent, tuple[TxnState, tuple[str, ...]]]] = 
 LIVE = frozenset({S.STAGED, S.COUNTING, S.COUNTED, S.FITTING})
 TERMINAL = frozenset({S.COMMITTED, S.ROLLED_BACK})
 
-API: dict[str, TxnEvent] = {
-    "stage": E.REDUCE,
-    "counting": E.COUNT,
-    "counted": E.RECORD,
-    "fitting": E.FIT,
-    "fitted": E.FITTED,
-    "no_fit": E.NO_FIT,
-    "finish": E.FINISH,
-    "rollback": E.ROLLBACK,
-}
-TAKES_CANDIDATE = frozenset({"stage", "fitted", "finish"})
 
 HISTORIES = [conversation(3, size=600), conversation(2, size=900, rounds=2), []]
 
