@@ -10,6 +10,8 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,7 @@ MANAGER_SURFACE = {
     "config",
     "messages",
     "version",
+    "observable_state",
     "last_compaction_stats",
     "last_token_meter_stats",
     "open_negotiation",
@@ -96,6 +99,64 @@ MANAGER_SURFACE = {
 
 HANDLE_SURFACE = {"commit", "rollback", "state", "conflict", "has_changes", "stats"}
 
+# The test support shipped to orchestrator authors (and the only one this suite uses).
+TESTING_BEFORE_THE_SPLIT = {
+    "BOUNDARY_EVENTS",
+    "BUDGET_EVENT",
+    "CANCEL",
+    "COMPACTION_EVENT",
+    "ERROR",
+    "FAULT_KINDS",
+    "INGRESS_EVENT",
+    "NATIVE",
+    "FaultPlan",
+    "FaultyHooks",
+    "FrozenMap",
+    "InjectedFault",
+    "Prepared",
+    "Ref",
+    "ReferenceStore",
+    "Snapshot",
+    "StepCanceller",
+    "StepRun",
+    "SweepFailure",
+    "SweepReport",
+    "Trial",
+    "ViewInvariantError",
+    "ViewReport",
+    "check_isolation",
+    "check_view_invariants",
+    "faulty_count_view",
+    "faulty_factory",
+    "faulty_fit_output",
+    "freeze",
+    "mutate_view",
+    "run_cancelling_after_step",
+    "snapshot",
+    "step_sweep",
+    "sweep",
+}
+TESTING = TESTING_BEFORE_THE_SPLIT | {
+    "DELIVERY_MARKS",
+    "DIALECTS",
+    "LOADED_TOOL_STATE",
+    "MUTATION_MARK",
+    "NOTICE_METADATA",
+    "NOTICE_PREFIX",
+    "Prepare",
+    "RecordingHooks",
+    "Registration",
+    "Slot",
+    "after_interruption",
+    "call_ids",
+    "display_order",
+    "is_notice",
+    "reduced_kind",
+    "result_ids",
+    "strip_notice",
+    "tail_is_safe",
+}
+
 
 def public_names(obj: object) -> set[str]:
     return {name for name in dir(obj) if not name.startswith("_")}
@@ -117,6 +178,27 @@ def test_every_module_declares_its_public_names() -> None:
         assert hasattr(module, "__all__"), f"{info.name} has no __all__"
         for name in module.__all__:
             assert hasattr(module, name), f"{info.name}.__all__ lists missing {name!r}"
+
+
+def test_the_testing_package_exports_exactly_its_surface() -> None:
+    """Every name ``testing.py`` exported before it became a package still imports from
+    ``amplifier_module_context_simple.testing``; the new names are listed here on purpose."""
+    testing = importlib.import_module(f"{package.__name__}.testing")
+    assert set(testing.__all__) == TESTING
+    for name in TESTING:
+        assert hasattr(testing, name), name
+
+
+def test_the_testing_package_imports_neither_pytest_nor_hypothesis() -> None:
+    """The runtime dependency is anyio only: test frameworks are the caller's choice."""
+    code = (
+        "import sys, amplifier_module_context_simple.testing; "
+        "print(sorted(m for m in ('pytest', 'hypothesis', 'trio') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "[]", result.stdout
 
 
 def test_the_manager_surface_is_the_contract() -> None:

@@ -316,6 +316,11 @@ class History:
     def __len__(self) -> int:
         return len(self.entries)
 
+    @property
+    def held(self) -> tuple[int, ...]:
+        """Seqs of the notes the open run holds back while its calls are running."""
+        return tuple(self._run.held) if self._run is not None else ()
+
     def group_of(self, seq: int) -> int:
         """The representative seq of the tool group ``seq`` belongs to (itself if none)."""
         parent = self._parent

@@ -46,6 +46,7 @@ from .negotiable import Negotiable, check_retain
 from .notice import notice_message, tail_is_safe
 from .plan import RequestPlan
 from .render import Rendered, Renderer
+from .state import ObservableState, Ref, freeze
 
 __all__ = (
     "BUDGET_EVENT",
@@ -216,6 +217,46 @@ class ContextStore:
     def version(self) -> tuple[int, int]:
         """(history epoch, commit version): what a staged transaction must still match."""
         return self._epoch, self._commit_version
+
+    def observable_state(self) -> ObservableState:
+        """Everything observable an operation may change, as one immutable value.
+
+        Two calls compare equal (``==``) when the store holds the same values: the
+        canonical history and its display order, the version, the committed sticky
+        decisions and their stats, the meter (its reading and the last meter stats), the
+        floor mark, the learned provider limit, the ``context:budget`` payload last
+        delivered, and the configuration. ``same_objects`` also compares the identity of
+        the decisions, stats and meter-stats objects. See ``context/state.py``.
+        """
+        history, decisions, meter = self._history, self._decisions, self._meter
+        stats = self.last_compaction_stats
+        meter_stats = self._last_token_meter_stats
+        return ObservableState(
+            history=tuple(freeze(entry.stored) for entry in history.entries),
+            order=tuple(history.order),
+            held=history.held,
+            released=freeze(history.released_at),
+            version=self.version,
+            removed=decisions.removed,
+            truncated=decisions.truncated,
+            stubbed=decisions.stubbed,
+            level=decisions.level,
+            overrides=freeze(dict(decisions.overrides)),
+            floor_reported=decisions.floor_reported,
+            stats=freeze(stats),
+            meter=freeze(meter_stats),
+            measured=meter.measured,
+            meter_claimed=meter.claimed,
+            meter_stale=meter.stale,
+            floor=self._compactor.floor,
+            learned_limit=self._learned,
+            budget_mark=freeze(self._last_emitted_budget),
+            config=self._config,
+            has_factory=self._factory is not None,
+            decisions_ref=Ref(decisions),
+            stats_ref=Ref(stats),
+            meter_ref=Ref(meter_stats),
+        )
 
     # -- admission ------------------------------------------------------------------
 

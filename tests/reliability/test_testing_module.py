@@ -12,10 +12,13 @@ import anyio
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
+from amplifier_module_context_simple.context.estimate import estimate_message
 from amplifier_module_context_simple.testing import (
     CANCEL,
     ERROR,
     NATIVE,
+    NOTICE_METADATA,
+    NOTICE_PREFIX,
     FaultPlan,
     FaultyHooks,
     InjectedFault,
@@ -178,18 +181,33 @@ def test_reduced_forms_and_the_notice() -> None:
         {"role": "user", "content": "latest"},
     ]
     view = view_of(history)
+    tokens = estimate_message(history[2])
     view[2] = {**view[2], "content": "[truncated] " + history[2]["content"][:40] + "…"}
-    view[2]["metadata"] = {"compaction": {"form": "truncated", "original_tokens": 225}}
-    assert check_view_invariants(history, view, truncate_chars=40).reduced == (2,)
+    view[2]["metadata"] = {"compaction": {"form": "truncated", "original_tokens": tokens}}
+    report = check_view_invariants(history, view, truncate_chars=40)
+    assert (report.reduced, report.truncated, report.stubbed) == ((2,), 1, 0)
     assert code_of(history, view, truncate_chars=80) == (4, "invented")
-    notice = {
-        "role": "user",
-        "content": "<system-reminder>condensed</system-reminder>",
-        "metadata": {"source": "context-compaction", "ephemeral": True},
-    }
-    assert check_view_invariants(history, [*view, notice]).notice
+    miscounted = copy.deepcopy(view)
+    miscounted[2]["metadata"]["compaction"]["original_tokens"] = tokens + 1
+    assert code_of(history, miscounted, truncate_chars=40) == (4, "invented")
+    grown = copy.deepcopy(view)
+    grown[2]["content"] = history[2]["content"] + " [truncated]"  # a "reduction" that grew
+    assert code_of(history, grown, truncate_chars=40) == (4, "invented")
+    assert check_view_invariants(history, [*view, NOTICE]).notice
     pending = [*history, {"role": "assistant", "content": "", "tool_calls": [{"id": "p"}]}]
-    assert code_of(pending, [*view_of(pending), notice]) == (3, "notice-unsafe")
+    assert code_of(pending, [*view_of(pending), NOTICE]) == (3, "notice-unsafe")
+    # only the module's own notice: exact metadata, text opening with its marker
+    unmarked = {**NOTICE, "content": "<system-reminder>condensed</system-reminder>"}
+    assert code_of(history, [*view, unmarked]) == (4, "invented")
+    tagged = {**NOTICE, "metadata": {**NOTICE_METADATA, "extra": 1}}
+    assert code_of(history, [*view, tagged]) == (4, "invented")
+
+
+NOTICE = {
+    "role": "user",
+    "content": f"{NOTICE_PREFIX}condensed</system-reminder>",
+    "metadata": dict(NOTICE_METADATA),
+}
 
 
 # -- the providers' tool-use rules: runs, display order, synthesized results ----------------
@@ -317,18 +335,13 @@ def test_the_notice_never_follows_an_unanswered_call() -> None:
     """No notice in a view that leaves a call unanswered, with or without the note admitted
     after the call (new semantics: that note is held, so the valid view ends with the
     pending call itself - a notice after it is still unsafe)."""
-    notice = {
-        "role": "user",
-        "content": "<system-reminder>condensed</system-reminder>",
-        "metadata": {"source": "context-compaction", "ephemeral": True},
-    }
     history = [
         {"role": "user", "content": "go"},
         {"role": "assistant", "content": "", "tool_calls": [{"id": "p1", "tool": "x"}]},
         {"role": "user", "content": "hook note", "metadata": {"source": "hook"}},
     ]
-    assert code_of(history, [*view_of(history), notice]) == (3, "notice-unsafe")
-    assert code_of(history, [*view_of(history, 2), notice]) == (3, "notice-unsafe")
+    assert code_of(history, [*view_of(history), NOTICE]) == (3, "notice-unsafe")
+    assert code_of(history, [*view_of(history, 2), NOTICE]) == (3, "notice-unsafe")
 
 
 def test_result_carriers_are_tidied() -> None:
@@ -444,7 +457,7 @@ def test_reduced_list_content_and_protected_forms() -> None:
         blocks,
         {"role": "user", "content": "latest"},
     ]
-    note = {"compaction": {"form": "truncated", "original_tokens": 120}}
+    note = {"compaction": {"form": "truncated", "original_tokens": estimate_message(listed)}}
     short_listed = {
         **listed,
         "content": [
@@ -461,7 +474,9 @@ def test_reduced_list_content_and_protected_forms() -> None:
     short_blocks = {
         **blocks,
         "content": [{**blocks["content"][0], "content": inner}],
-        "metadata": note,
+        "metadata": {
+            "compaction": {**note["compaction"], "original_tokens": estimate_message(blocks)}
+        },
     }
     view = [
         *view_of(history)[:2],
@@ -493,8 +508,8 @@ def test_serialisation_isolation_and_canonical() -> None:
     shared[1] = history[1]
     assert code_of(history, shared) == (7, "shared-dict")
     twice = view_of(history)
-    twice.insert(2, twice[1])
-    assert code_of(history, twice)[0] in (4, 7)
+    twice.insert(2, twice[1])  # the same dict twice: isolation is checked before order
+    assert code_of(history, twice) == (7, "repeated-dict")
     changed = copy.deepcopy(history)
     changed[1]["content"] = "edited"
     assert code_of(history, view_of(history), canonical=changed) == (6, "canonical-changed")
