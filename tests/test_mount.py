@@ -12,6 +12,7 @@ import pytest
 
 import amplifier_module_context_simple as module
 from amplifier_module_context_simple import SimpleContextManager, mount
+from amplifier_module_context_simple.testing import RecordingHooks
 from tests.support import make_coordinator, mounted
 
 LOGGER = "amplifier_module_context_simple"
@@ -22,27 +23,6 @@ METER = "context-simple-meter"
 def anyio_backend() -> str:
     """The kernel's coordinator and hook registry are asyncio-only."""
     return "asyncio"
-
-
-class RecordingHooks:
-    """A hook registry stand-in that records registrations and unregistrations."""
-
-    def __init__(self) -> None:
-        self.registrations: list[dict[str, Any]] = []
-        self.unregistered = 0
-
-    def register(self, event: str, handler: Any, priority: int = 0, name: str | None = None):
-        self.registrations.append(
-            {"event": event, "handler": handler, "priority": priority, "name": name}
-        )
-
-        def unregister() -> None:
-            self.unregistered += 1
-
-        return unregister
-
-    async def emit(self, event: str, data: dict[str, Any]) -> None:
-        pass
 
 
 class BareCoordinator:
@@ -114,9 +94,9 @@ async def test_registration_arguments_exactly() -> None:
     await mount(coordinator, {})
     assert len(hooks.registrations) == 1
     registration = hooks.registrations[0]
-    assert registration["event"] == "llm:response"
-    assert registration["name"] == METER
-    assert registration["priority"] == 50
+    assert registration.event == "llm:response"
+    assert registration.name == METER
+    assert registration.priority == 50
 
 
 @pytest.mark.anyio
@@ -126,7 +106,7 @@ async def test_listener_registered_in_every_meter_mode(token_meter: str) -> None
     hooks = RecordingHooks()
     coordinator = BareCoordinator(hooks, with_hooks_attr=True)
     await mount(coordinator, {"token_meter": token_meter})
-    assert [r["name"] for r in hooks.registrations] == [METER]
+    assert [r.name for r in hooks.registrations] == [METER]
 
 
 @pytest.mark.anyio
@@ -136,7 +116,7 @@ async def test_handler_returns_none_and_records() -> None:
     coordinator = BareCoordinator(hooks, with_hooks_attr=True)
     await mount(coordinator, {})
     context = coordinator.mounts[0][1]
-    handler = hooks.registrations[0]["handler"]
+    handler = hooks.registrations[0].handler
     assert await handler("llm:response", {"usage": {"input_tokens": 12}}) is None
     assert await handler("llm:response", None) is None
     assert await handler("llm:response", {"usage": "garbage"}) is None

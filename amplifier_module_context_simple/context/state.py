@@ -142,6 +142,11 @@ class ObservableState:
             and self.meter_ref == other.meter_ref
         )
 
+    def identical(self, other: ObservableState) -> bool:
+        """Equal values and the very same objects: what an operation that raised (or was
+        refused) must leave behind."""
+        return self == other and self.same_objects(other)
+
     def differences(self, other: ObservableState) -> list[str]:
         """Names of the fields that differ (identity fields included)."""
         return [f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]

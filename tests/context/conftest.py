@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.context.invariants import EXAMPLES
+from tests.context.strategies import EXAMPLES
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -46,12 +46,15 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from hypothesis import strategies as st
 
+EXAMPLES: Counter[str] = Counter()
+"""Tallies of what the context property tests exercised (printed by ``conftest.py``)."""
 FORMATS: tuple[str, ...] = ("openai", "amplifier", "anthropic")
 ID_PREFIX = {"openai": "call_", "amplifier": "amp_", "anthropic": "toolu_"}
 

@@ -10,6 +10,7 @@ import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.budget import derive_budget
+from amplifier_module_context_simple.testing import RecordingHooks
 from tests.support import mounted
 
 BUDGET = "context:budget"
@@ -62,20 +63,6 @@ def defaults(context_window: Any, max_output_tokens: Any) -> DefaultsProvider:
 
 def model_info(context_window: Any, max_output_tokens: Any) -> ModelInfoProvider:
     return ModelInfoProvider(window(context_window, max_output_tokens))
-
-
-class RecordingHooks:
-    def __init__(self, on_emit: Any = None) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-        self.on_emit = on_emit
-
-    async def emit(self, event: str, data: dict[str, Any]) -> None:
-        self.events.append((event, data))
-        if self.on_emit is not None:
-            self.on_emit(event, data)
-
-    def named(self, event: str) -> list[dict[str, Any]]:
-        return [data for name, data in self.events if name == event]
 
 
 class RaisingHooks:

@@ -19,7 +19,7 @@ from amplifier_module_context_simple import ContextLengthError, SimpleContextMan
 from amplifier_module_context_simple.context.estimate import estimate_message
 from amplifier_module_context_simple.context.notice import notice_message
 from amplifier_module_context_simple.provider_rules import check_provider_valid
-from tests.context.invariants import call_ids, check_view_invariants
+from amplifier_module_context_simple.testing import call_ids, check_view_invariants, is_notice
 from tests.context.strategies import calls, fill, result_ids_of, results
 
 pytestmark = pytest.mark.anyio
@@ -31,11 +31,6 @@ def human(text: str) -> dict[str, Any]:
 
 def total(view: list[dict[str, Any]]) -> int:
     return sum(estimate_message(message) for message in view)
-
-
-def is_notice(message: dict[str, Any]) -> bool:
-    metadata = message.get("metadata") or {}
-    return metadata.get("source") == "context-compaction"
 
 
 def coding_session(fmt: str, rounds: int, size: int) -> list[dict[str, Any]]:

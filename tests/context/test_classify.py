@@ -17,7 +17,7 @@ from amplifier_module_context_simple.context.classify import (
     classify,
     declared_call_ids,
 )
-from tests.context.invariants import check_view_invariants
+from amplifier_module_context_simple.testing import check_view_invariants
 
 REMINDER_XML = "<system-reminders><system-reminder>be brief</system-reminder></system-reminders>"
 

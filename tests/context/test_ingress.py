@@ -38,7 +38,7 @@ PAYLOAD_KEYS = {
     "max_tool_result_bytes",
     "content_kind",
 }
-from tests.context.invariants import RecordingHooks
+from amplifier_module_context_simple.testing import RecordingHooks
 
 LOGGER = "amplifier_module_context_simple"
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])

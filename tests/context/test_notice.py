@@ -22,8 +22,8 @@ from amplifier_module_context_simple.context.notice import (
     notice_text,
     tail_is_safe,
 )
-from tests.context.invariants import check_view_invariants, is_notice
-from tests.context.invariants import tail_is_safe as oracle_tail_is_safe
+from amplifier_module_context_simple.testing import check_view_invariants, is_notice
+from amplifier_module_context_simple.testing import tail_is_safe as oracle_tail_is_safe
 from tests.context.strategies import FORMATS, calls, results
 
 PROSE = "The build failed because the linker could not find symbol parse_config. "

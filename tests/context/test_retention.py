@@ -23,11 +23,18 @@ from amplifier_module_context_simple import (
     SimpleContextManager,
 )
 from amplifier_module_context_simple.context.estimate import estimate_message
-from tests.context.invariants import (
+from amplifier_module_context_simple.testing import (
+    CANCEL,
+    FaultPlan,
+    FaultyHooks,
+    Prepared,
     RecordingHooks,
-    StoreState,
+    Trial,
     check_view_invariants,
+    faulty_factory,
     is_notice,
+    snapshot,
+    sweep,
 )
 from tests.context.strategies import FORMATS, calls, fill, results
 
@@ -150,14 +157,14 @@ async def test_missing_body_fails_closed(anyio_backend: str, missing: str) -> No
     hooks = RecordingHooks()
     manager = await manager_for(messages, max_tokens=1_800, hooks=hooks)
     await manager.get_messages_for_request()
-    state = StoreState.of(manager)
+    state = snapshot(manager)
     stored = await manager.get_messages()
     events = len(hooks.events)
     with pytest.raises(RetainedContentMissingError, match="not in admitted history") as caught:
         await manager.get_messages_for_request_retaining(retain_contents=[BODY, missing])
     assert isinstance(caught.value, ContextLengthError)
     assert isinstance(caught.value, ValueError)
-    state.assert_unchanged(manager)
+    assert snapshot(manager).identical(state)
     assert await manager.get_messages() == stored and len(hooks.events) == events
     view = await manager.get_messages_for_request()
     assert count_body(view) == 0
@@ -185,12 +192,12 @@ async def test_irreducible_required_content_fails_closed(anyio_backend: str) -> 
     manager = await manager_for(messages, max_tokens=1_800, hooks=hooks)
     stored = await manager.get_messages()
     for hard_fit in (False, True):
-        state = StoreState.of(manager)
+        state = snapshot(manager)
         with pytest.raises(ContextLengthError, match="Required content was not discarded"):
             await manager.get_messages_for_request_retaining(
                 retain_contents=[huge], hard_fit=hard_fit
             )
-        state.assert_unchanged(manager)
+        assert snapshot(manager).identical(state)
         assert not manager._removed_seqs and not manager._stubbed_seqs
         assert not hooks.events
     assert await manager.get_messages() == stored
@@ -206,13 +213,13 @@ async def test_retained_body_verbatim_at_every_pressure(anyio_backend: str) -> N
     outcomes = set()
     for budget in (50_000, 4_000, 2_500, 1_800, 1_200, 900, 600, 300):
         for hard_fit in (False, True):
-            state = StoreState.of(manager)
+            state = snapshot(manager)
             try:
                 view = await manager.get_messages_for_request_retaining(
                     retain_contents=[BODY], token_budget=budget, hard_fit=hard_fit
                 )
             except ContextLengthError:
-                state.assert_unchanged(manager)
+                assert snapshot(manager).identical(state)
                 outcomes.add("failed")
                 continue
             outcomes.add("view")
@@ -425,7 +432,6 @@ async def test_factory_errors_leave_no_trace(anyio_backend: str) -> None:
     changes; a non-callable factory is refused."""
     manager = await manager_for(history(), max_tokens=1_800)
     await manager.get_messages_for_request()
-    state = StoreState.of(manager)
 
     async def broken() -> str:
         raise RuntimeError("factory down")
@@ -434,13 +440,14 @@ async def test_factory_errors_leave_no_trace(anyio_backend: str) -> None:
         return 42
 
     await manager.set_system_prompt_factory(broken)
+    state = snapshot(manager)  # (a factory is set: part of the observable state)
     with pytest.raises(RuntimeError, match="factory down"):
         await manager.get_messages_for_request(token_budget=900)
-    state.assert_unchanged(manager)
+    assert snapshot(manager).identical(state)
     await manager.set_system_prompt_factory(wrong)
     with pytest.raises(TypeError):
         await manager.get_messages_for_request(token_budget=900)
-    state.assert_unchanged(manager)
+    assert snapshot(manager).identical(state)
     with pytest.raises(TypeError):
         await manager.set_system_prompt_factory("not callable")  # type: ignore[arg-type]
 
@@ -448,62 +455,21 @@ async def test_factory_errors_leave_no_trace(anyio_backend: str) -> None:
 # -- cancellation at every await point (RELIABILITY T1) --------------------------------------------
 
 
-class FaultPlan:
-    """Counts seam hits; at hit ``fail_at`` cancels the enclosing scope, then checkpoints."""
-
-    def __init__(self) -> None:
-        self.fail_at = 0
-        self.hits = 0
-        self.fired = 0
-        self.labels: list[str] = []
-        self.scope: anyio.CancelScope | None = None
-
-    def arm(self, fail_at: int, scope: anyio.CancelScope) -> None:
-        self.fail_at, self.scope = fail_at, scope
-        self.hits = self.fired = 0
-        self.labels = []
-
-    async def hit(self, label: str) -> None:
-        if self.scope is not None:
-            self.hits += 1
-            self.labels.append(label)
-            if self.hits == self.fail_at:
-                self.fired += 1
-                self.scope.cancel()
-        await anyio.lowlevel.checkpoint()
-
-
-class SeamHooks:
-    """Hooks whose ``emit`` is a seam; records deliveries started and completed."""
-
-    def __init__(self, plan: FaultPlan) -> None:
-        self.plan = plan
-        self.started: list[str] = []
-        self.delivered: list[tuple[str, dict[str, Any]]] = []
-
-    async def emit(self, event: str, data: dict[str, Any]) -> None:
-        self.started.append(event)
-        await self.plan.hit(event)
-        self.delivered.append((event, data))
-
-
-async def prepared(plan: FaultPlan) -> tuple[SimpleContextManager, SeamHooks]:
-    """A manager with a prior ordinary compaction (so stats and meter stats exist)."""
-    hooks = SeamHooks(plan)
+async def prepared(plan: FaultPlan) -> tuple[SimpleContextManager, FaultyHooks]:
+    """A manager with a prior ordinary compaction (so stats and meter stats exist), its
+    factory and hooks routed through ``plan`` (disarmed while preparing)."""
+    hooks = FaultyHooks(plan)
+    plan.disarm()
     manager = await manager_for(history(), hooks=hooks)
-
-    async def factory() -> str:
-        await plan.hit("factory")
-        return SYSTEM
-
-    await manager.set_system_prompt_factory(factory)
+    await manager.set_system_prompt_factory(faulty_factory(plan, SYSTEM))
     await manager.get_messages_for_request(token_budget=4_000)
     assert manager.last_compaction_stats is not None
     assert manager.last_token_meter_stats is not None
+    plan.arm()
     return manager, hooks
 
 
-REQUESTS = {
+REQUESTS: dict[str, dict[str, Any]] = {
     "hard_fit": {"retain_contents": [BODY], "token_budget": 1_500, "hard_fit": True},
     "retaining": {"retain_contents": [BODY], "token_budget": 1_500},
 }
@@ -511,72 +477,48 @@ REQUESTS = {
 
 @pytest.mark.parametrize("kind", sorted(REQUESTS))
 async def test_cancellation_at_every_await_point(anyio_backend: str, kind: str) -> None:
-    """T1 sweep over the factory and hook seams (k = 1, 2, ... until a run completes
-    without reaching k): a cancellation before context:compaction delivery leaves no
-    trace (same stats and meter objects, same decisions and level, no event, same
-    history); one during delivery keeps the commit; the completed run commits."""
+    """T1 sweep (``testing.sweep``) over the factory and hook seams: a cancellation before
+    ``context:compaction`` delivery leaves no trace (the store's whole observable state,
+    the same stats and meter objects) and a clean retry emits what the uncancelled
+    request did; one during delivery keeps the commit (but not the budget mark of a
+    delivery it did not finish), and the kept commit is what later requests show."""
     request = REQUESTS[kind]
-    plan = FaultPlan()
-    reference, _reference_hooks = await prepared(plan)
-    with anyio.CancelScope() as scope:
-        plan.arm(0, scope)
-        expected_view = await reference.get_messages_for_request_retaining(**request)
-    expected = StoreState.of(reference)
-    labels = plan.labels
-    assert labels == ["factory", "context:compaction", "context:budget"], labels
-    assert expected.stats is not None and expected.stats["target_tokens"] == (
-        1_500 if request.get("hard_fit") else 750
-    )
+    reference, _ = await prepared(FaultPlan())
+    expected_view = await reference.get_messages_for_request_retaining(**request)
+    stats = reference.last_compaction_stats
+    assert stats is not None
+    assert stats["target_tokens"] == (1_500 if request.get("hard_fit") else 750)
 
-    for k in range(1, 100):
-        plan = FaultPlan()
+    async def prepare(plan: FaultPlan) -> Prepared[list[dict[str, Any]]]:
         manager, hooks = await prepared(plan)
-        before = StoreState.of(manager)
-        stored = await manager.get_messages()
-        started = len(hooks.started)
-        returned = False
-        with anyio.CancelScope() as scope:
-            plan.arm(k, scope)
-            await manager.get_messages_for_request_retaining(**request)
-            returned = True
-        assert await manager.get_messages() == stored
-        if plan.fired == 0:
-            assert returned and k == len(labels) + 1, (k, plan.labels)
-            break
-        assert not returned and scope.cancelled_caught, (k, plan.labels)
-        label = plan.labels[k - 1]
-        now = StoreState.of(manager)
-        if labels.index(label) < labels.index("context:compaction"):
-            before.assert_unchanged(manager)
-            assert len(hooks.started) == started, f"an event started after a cancel at {label}"
-        else:
-            assert now.stats is not before.stats and now.stats is not None
-            assert (now.removed, now.truncated, now.stubbed, now.level) == (
-                expected.removed,
-                expected.truncated,
-                expected.stubbed,
-                expected.level,
-            )
-            assert now.meter is not before.meter
-            assert hooks.started[started:].count("context:compaction") == 1
-            # the kept commit is what later requests show
+
+        async def run() -> list[dict[str, Any]]:
+            return await manager.get_messages_for_request_retaining(**request)
+
+        return Prepared(manager, run, hooks, follow_up=run)
+
+    async def check(trial: Trial[list[dict[str, Any]]]) -> None:
+        if trial.expected == "after" and not trial.returned:  # the commit stood
+            trial.plan.disarm()
+            manager = trial.prepared.manager
             assert await manager.get_messages_for_request_retaining(**request) == expected_view
-    else:  # pragma: no cover
-        pytest.fail("the sweep never completed")
-    assert k == 4
+
+    report = await sweep(f"retention/{kind}", prepare, kind=CANCEL, check=check)
+    assert report.labels == ["factory", "emit:context:compaction", "emit:context:budget"]
+    assert (report.raised_before, report.boundary, report.returned) == (1, 2, 0)
 
 
 async def test_cancelled_before_delivery_then_retried(anyio_backend: str) -> None:
     """76: a hard fit cancelled in the factory, retried, gives the same view as a clean run
     and exactly one context:compaction."""
-    plan = FaultPlan()
+    plan = FaultPlan(1, CANCEL)
     manager, hooks = await prepared(plan)
     with anyio.CancelScope() as scope:
-        plan.arm(1, scope)
+        plan.scope = scope
         await manager.get_messages_for_request_retaining(**REQUESTS["hard_fit"])
-    assert scope.cancelled_caught
+    assert scope.cancelled_caught and plan.fired_label == "factory"
     compactions = hooks.started.count("context:compaction")
-    plan.scope = None
+    plan.disarm()
     view = await manager.get_messages_for_request_retaining(**REQUESTS["hard_fit"])
     assert hooks.started.count("context:compaction") == compactions + 1
     assert count_body(view) == 1 and not is_notice(view[-1])

@@ -19,10 +19,10 @@ from amplifier_module_context_simple.context.classify import classify
 from amplifier_module_context_simple.context.decisions import Decisions
 from amplifier_module_context_simple.context.estimate import estimate_message
 from amplifier_module_context_simple.context.ladder import Item, Ladder, LadderParams
-from tests.context.invariants import (
+from amplifier_module_context_simple.testing import (
     RecordingHooks,
-    StoreState,
     check_view_invariants,
+    snapshot,
     strip_notice,
 )
 from tests.context.strategies import FORMATS, calls, fill, results
@@ -139,7 +139,7 @@ async def test_decisions_only_grow(anyio_backend: str) -> None:
     for index in range(20):
         await session.add(*turn(index))
         await session.request()
-        state = StoreState.of(session.manager)
+        state = snapshot(session.manager)
         assert removed <= state.removed
         assert touched <= state.removed | state.truncated | state.stubbed
         assert state.level >= level
@@ -272,10 +272,10 @@ async def test_storm_with_growth_reports_only_changes(anyio_backend: str) -> Non
     await session.add(*messages)
     requests = 0
     for index in range(40):
-        before = StoreState.of(session.manager)
+        before = snapshot(session.manager)
         _, emitted = await session.request()
         requests += 1
-        after = StoreState.of(session.manager)
+        after = snapshot(session.manager)
         changed = (before.removed, before.truncated, before.stubbed, before.level) != (
             after.removed,
             after.truncated,

@@ -18,9 +18,8 @@ import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.history import History, synthesized_marker
-from tests.context.invariants import (
+from amplifier_module_context_simple.testing import (
     call_ids,
-    check_provider_rules,
     check_view_invariants,
     result_ids,
 )
@@ -407,7 +406,7 @@ async def test_list_content_results_shrink_to_text_blocks(anyio_backend: str, fm
     blocks = reduced["content"] if fmt != "anthropic" else reduced["content"][0]["content"]
     assert all(block["type"] == "text" for block in blocks)
     assert any("image" in block["text"] and "omitted" in block["text"] for block in blocks)
-    check_provider_rules(tight, messages)
+    check_view_invariants(messages, tight)  # the providers' rules included
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -443,13 +442,12 @@ async def test_a_turn_answering_calls_begins_with_its_results(anyio_backend: str
     ]
     (view,) = await views_at(mixed, [40_000])
     assert view == [*mixed[:2], {"role": "user", "content": [one, answer_b, typed]}, mixed[3]]
-    report = check_view_invariants(mixed, view)
-    assert report.mapping == [0, 1, 2, 3] and report.pending == set()
-    check_provider_rules(view, mixed)
+    report = check_view_invariants(mixed, view)  # the providers' rules included
+    assert report.mapping == (0, 1, 2, 3) and report.pending == set()
     pure = [*mixed[:2], {"role": "user", "content": [one, two, answer_b]}, mixed[3]]
     (view,) = await views_at(pure, [40_000])
     assert view == [*mixed[:2], {"role": "user", "content": [one, answer_b]}, mixed[3]]
-    check_provider_rules(view, pure)
+    check_view_invariants(pure, view)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -468,12 +466,12 @@ async def test_a_note_is_held_until_its_run_is_answered(anyio_backend: str, fmt:
     view = await manager.get_messages_for_request()
     assert view == messages[:3]
     report = check_view_invariants(messages, view)
-    assert report.pending == {"c2"} and report.held == {3} and report.mapping == [0, 1, 2]
+    assert report.pending == {"c2"} and report.held == {3} and report.mapping == (0, 1, 2)
     for message in (second, later):
         await manager.add_message(copy.deepcopy(message))
         messages.append(message)
     view = await manager.get_messages_for_request()
     assert view == [*messages[:3], second, note, later]
-    report = check_view_invariants(messages, view)
-    assert report.pending == set() and report.held == set() and report.mapping == [0, 1, 2, 4, 3, 5]
-    check_provider_rules(view, messages)
+    report = check_view_invariants(messages, view)  # the providers' rules included
+    assert report.pending == set() and report.held == set()
+    assert report.mapping == (0, 1, 2, 4, 3, 5)

@@ -432,11 +432,3 @@ def hsettings(**overrides: Any) -> Any:
         ],
         **overrides,
     )
-
-
-def check_known(history: Sequence[Any], view: Any, **kwargs: Any) -> Any:
-    """``check_view_invariants`` plus ``json.dumps`` (strict: every defect this suite found
-    has been fixed and has its regression test in test_defects.py)."""
-    report = check_view_invariants(history, view, **kwargs)
-    json.dumps(view)
-    return report

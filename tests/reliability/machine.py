@@ -14,6 +14,7 @@ transaction changes nothing; every view met the view invariants when it was retu
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Any, ClassVar
 
 import anyio
@@ -36,12 +37,12 @@ from amplifier_module_context_simple.testing import (
     FaultPlan,
     FaultyHooks,
     ReferenceStore,
+    check_view_invariants,
     faulty_count_view,
     snapshot,
 )
 from tests.reliability.harness import (
     EXAMPLES,
-    check_known,
     counting,
     describe,
     proportional,
@@ -108,7 +109,8 @@ class StoreMachine(RuleBasedStateMachine):
     # -- helpers -----------------------------------------------------------------------
 
     def check_view(self, view: Any, **kwargs: Any) -> None:
-        check_known(self.admitted, view, **kwargs)
+        check_view_invariants(self.admitted, view, **kwargs)
+        json.dumps(view)
         EXAMPLES["T8 views checked"] += 1
 
     def note_version(self, before: tuple[int, int]) -> None:

@@ -21,11 +21,9 @@ from amplifier_module_context_simple.testing import (
     freeze,
     snapshot,
 )
-from tests.context import invariants as context_oracle
 from tests.reliability.harness import (
     EXAMPLES,
     PROMPT,
-    check_known,
     mixed_history,
     proportional,
     track_transactions,
@@ -71,33 +69,14 @@ async def admit(manager: SimpleContextManager, messages: list[Any], via_add: boo
     return accepted
 
 
-def check(
-    history: list[Any],
-    view: Any,
-    *,
-    known: bool = False,
-    stored: bool = False,
-    **kwargs: Any,
-) -> None:
-    """Every view: the shipped oracle (``testing.check_view_invariants``); for the admitted
-    history (not ``stored``, which carries the store's bookkeeping) also the context suite's
-    independent oracle; for valid histories (not ``known``, the corrupted ones) also the
-    providers' rules for OpenAI and Anthropic (``provider_rules``)."""
-    if known:
-        report = check_known(history, view, **kwargs)
-        if report is None:
-            return
-    else:
-        report = check_view_invariants(history, view, **kwargs)
-        json.dumps(view)
-    if not stored:
-        oracle = {k: v for k, v in kwargs.items() if k in ("factory_text", "retained")}
-        other = context_oracle.check_view_invariants(history, view, **oracle)
-        assert other.synthesized == set(report.synthesized), (other, report)
-        if other.list_results:
-            EXAMPLES["views with a list-content result"] += 1
-    if not known and not stored:
-        context_oracle.check_provider_rules(view, history)
+def check(history: list[Any], view: Any, **kwargs: Any) -> None:
+    """Every view meets the view oracle (``testing.check_view_invariants``: pairing by id,
+    protected content, order, no invention, the providers' rules for OpenAI and Anthropic)
+    against the admitted history or the stored one, and serialises."""
+    report = check_view_invariants(history, view, **kwargs)
+    json.dumps(view)  # even for a history that does not serialise (item 9 asks less)
+    if report.list_results:
+        EXAMPLES["views with a list-content result"] += 1
     if report.reduced:
         EXAMPLES["views with reduced messages"] += 1
     if report.notice:
@@ -135,24 +114,16 @@ async def requests(
     factory_text: str | None,
     retain: list[str],
     hard_fit: bool,
-    known: bool = False,
 ) -> list[Any]:
     """Ordinary and retaining requests at each budget, every view checked; return the views."""
     views: list[Any] = []
     for budget in budgets:
         stored = manager.messages
         view = await manager.get_messages_for_request(token_budget=budget)
-        check(history, view, known=known, factory_text=factory_text)
-        check(
-            stored,
-            view,
-            known=known,
-            stored=True,
-            factory_text=factory_text,
-            canonical=manager.messages,
-        )
+        check(history, view, factory_text=factory_text)
+        check(stored, view, factory_text=factory_text, canonical=manager.messages)
         views.append(freeze(view))
-        view = await settle(manager, history, view, budget, known=known, factory_text=factory_text)
+        view = await settle(manager, history, view, budget, factory_text=factory_text)
         await check_isolation(
             manager, view, lambda b=budget: manager.get_messages_for_request(token_budget=b)
         )
@@ -168,14 +139,14 @@ async def requests(
                 views.append("ContextLengthError")
                 EXAMPLES["retaining requests that failed closed"] += 1
                 continue
-            check(history, kept, known=known, factory_text=factory_text, retained=retain)
+            check(history, kept, factory_text=factory_text, retained=retain)
             if hard_fit:
                 assert total_tokens(kept) <= budget, "hard fit exceeded its budget"
             views.append(freeze(kept))
     return views
 
 
-async def measured(history: list[Any], config: dict[str, Any], budget: int, known: bool) -> Any:
+async def measured(history: list[Any], config: dict[str, Any], budget: int) -> Any:
     """A negotiated request, committed; every candidate view the negotiation counts, its
     final view and the committed decisions' later views are checked."""
     manager = SimpleContextManager(**config, token_meter="actual", max_tokens=budget)
@@ -183,7 +154,7 @@ async def measured(history: list[Any], config: dict[str, Any], budget: int, know
     rule = proportional(0.3)
 
     async def count_view(view: list[dict[str, Any]]) -> Any:
-        check(history, view, known=known)
+        check(history, view)
         EXAMPLES["negotiated candidate views"] += 1
         return rule(view)
 
@@ -191,18 +162,18 @@ async def measured(history: list[Any], config: dict[str, Any], budget: int, know
         result = await manager.get_measured_request_view(
             provider=None, retain_contents=[], count_view=count_view
         )
-    check(history, result["base_view"], known=known)
+    check(history, result["base_view"])
     transaction = result["transaction"]
     if transaction is not None:
         assert transaction.state is TxnState.READY
         assert await transaction.commit() is True
         assert manager._decisions is ledger.machine_of(transaction).staged.decisions
         assert manager.last_compaction_stats is transaction.stats
-    check(history, await manager.get_messages_for_request(token_budget=budget), known=known)
+    check(history, await manager.get_messages_for_request(token_budget=budget))
     return freeze(result["base_view"])
 
 
-async def scenario(case: dict[str, Any], *, known: bool = False) -> list[Any]:
+async def scenario(case: dict[str, Any]) -> list[Any]:
     history: History = case["history"]
     manager = SimpleContextManager(**case["config"], hooks=FaultyHooks())
     accepted = await admit(manager, history.messages, case["via_add"])
@@ -223,11 +194,9 @@ async def scenario(case: dict[str, Any], *, known: bool = False) -> list[Any]:
         factory_text=factory_text,
         retain=case["retain"],
         hard_fit=case["hard_fit"],
-        known=known,
     )
-    views.append(await measured(accepted, case["config"], budgets[0], known))
-    if not known:
-        tally(history)
+    views.append(await measured(accepted, case["config"], budgets[0]))
+    tally(history)
     return views
 
 
@@ -290,12 +259,10 @@ async def corrupted_scenario(
         b for b in retain if any(isinstance(m, dict) and m.get("content") == b for m in accepted)
     ]
     try:
-        await requests(
-            manager, accepted, [budget], factory_text=None, retain=bodies, hard_fit=True, known=True
-        )
+        await requests(manager, accepted, [budget], factory_text=None, retain=bodies, hard_fit=True)
     except ContextLengthError:
         pass  # a retained body that is not an admitted envelope fails closed
-    await measured(accepted, config, budget, known=True)
+    await measured(accepted, config, budget)
 
 
 # -- T6: the oracle for one negotiated request with bad seam values ------------------------------
