@@ -137,7 +137,7 @@ async def step_sweep(
                 )
             report.points = k - 1
             break
-        verdict = _judge(name, trial, after, boundary, expected_errors)
+        verdict = _judge(name, trial, reference, boundary, expected_errors)
         report.record(trial, verdict)
         if check is not None:
             await check(trial)

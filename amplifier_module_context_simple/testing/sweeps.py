@@ -13,7 +13,12 @@ point with a fault there, and checks the outcome against the store:
   its delivery completed, so the next request delivers it again);
 - after a run that raised and left the store as before, a clean retry (``follow_up``)
   ends like the reference run, reaches ``after`` and emits the same events (names and
-  payloads) as the reference run did.
+  payloads) as the reference run did;
+- a *composite* run (an orchestrator's request: the measured getter, then the
+  orchestrator's own awaits, then the commit) records with ``Prepared.reached(stage)``
+  each inner store operation that returned; a run that raised after one returned leaves
+  the store as the reference run had it at that stage (what returned fully happened: its
+  meter stats and budget payload stand), nothing more.
 
 Snapshots are ``ContextStore.observable_state()`` (``state.snapshot``): every mark that
 changes a later request is compared. A disagreement raises ``SweepFailure`` whose
@@ -25,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 import anyio
@@ -65,6 +70,14 @@ class Prepared(Generic[T]):
     hooks: RecordingHooks | None = None
     follow_up: Callable[[], Awaitable[object]] | None = None
     """A clean retry after a run that raised and left the store unchanged."""
+    stages: dict[str, Snapshot] = field(default_factory=dict)
+    """The inner store operations of a composite run that returned, in order, with the
+    store's state right then (see ``reached``)."""
+
+    def reached(self, stage: str) -> None:
+        """Record that an inner store operation of the run returned (e.g. an orchestrator's
+        measured getter, before the orchestrator's own awaits and the commit)."""
+        self.stages[stage] = snapshot(self.manager)
 
 
 Prepare = Callable[[FaultPlan], Awaitable[Prepared[T]]]
@@ -84,7 +97,7 @@ class Trial(Generic[T]):
     error: BaseException | None = None
     cancelled: bool = False
     expected: str = ""
-    """Which reference the oracle compared against: ``before`` or ``after``."""
+    """Which reference the oracle compared against: ``before``, ``after`` or ``stage``."""
     start: tuple[int, int, int] = (0, 0, 0)
     """How many events the hooks had been handed, had delivered and had failed when the run
     started."""
@@ -136,7 +149,9 @@ class SweepFailure(AssertionError):
     and changed the store), ``seam-order``, ``unreached`` (a run reached fewer await
     points than the reference), ``unfaulted-differs``, ``returned-not-after``,
     ``undocumented-error``, ``boundary-not-after`` (a fault in a boundary delivery did not
-    keep the commit, or set the mark of a delivery it interrupted), ``raised-not-before``
+    keep the commit, or set the mark of a delivery it interrupted), ``stage-not-kept``
+    (a composite run raised after an inner operation returned and the store is not as
+    the reference run had it then), ``raised-not-before``
     (a run that raised changed the store), ``retry-outcome``, ``retry-state`` or
     ``retry-events`` (a clean retry ended, left the store or emitted events unlike the
     reference run). ``fields`` are the snapshot fields that differ, when states differ.
@@ -170,23 +185,28 @@ class SweepReport:
     raised_before: int = 0
     boundary: int = 0
     returned: int = 0
+    staged: int = 0
+    """Runs that raised after an inner store operation returned (judged at its stage)."""
 
     def record(self, trial: Trial[Any], verdict: str) -> None:
         """Tally one faulted run and note on ``trial`` which state it was judged against."""
         self.trials += 1
-        trial.expected = "before" if verdict == "before" else "after"
+        trial.expected = {"before": "before", "stage": "stage"}.get(verdict, "after")
         if verdict == "before":
             self.raised_before += 1
         elif verdict == "boundary":
             self.boundary += 1
+        elif verdict == "stage":
+            self.staged += 1
         else:
             self.returned += 1
 
     def summary(self) -> str:
         unit = "scheduler steps" if self.mode == "trio steps" else "await points"
+        staged = f", raised->stage {self.staged}" if self.staged else ""
         return (
             f"{self.name} [{self.mode}]: {self.points} {unit}, {self.trials} faulted runs "
-            f"(raised->before {self.raised_before}, boundary->after {self.boundary}, "
+            f"(raised->before {self.raised_before}{staged}, boundary->after {self.boundary}, "
             f"returned->after {self.returned}) {self.labels}"
         )
 
@@ -207,11 +227,14 @@ def after_interruption(after: Snapshot, trial: Trial[Any]) -> Snapshot:
 def _judge(
     name: str,
     trial: Trial[Any],
-    after: Snapshot,
+    reference: Trial[Any],
     boundary: Collection[str],
     expected_errors: tuple[type[BaseException], ...],
 ) -> str:
-    """Check one finished trial against the oracle; return ``before``/``boundary``/``after``."""
+    """Check one finished trial against the oracle; return ``before``, ``stage``,
+    ``boundary`` or ``after``."""
+    after = reference.state
+    assert after is not None
     state = trial.state
     assert state is not None
     if trial.returned:
@@ -245,6 +268,21 @@ def _judge(
                 fields=fields,
             )
         return "boundary"
+    reached = list(trial.prepared.stages)
+    if reached:
+        stage = reached[-1]
+        expected = reference.prepared.stages.get(stage)
+        if expected is None or state != expected:
+            fields = state.differences(expected) if expected is not None else []
+            raise SweepFailure(
+                name,
+                trial,
+                f"raised after {stage!r} returned, but store != the reference's state at "
+                f"{stage!r}: {fields}",
+                code="stage-not-kept",
+                fields=fields,
+            )
+        return "stage"
     if state != trial.before or not state.same_objects(trial.before):
         fields = state.differences(trial.before)
         raise SweepFailure(
@@ -361,6 +399,8 @@ async def sweep(
       delivery interrupted -> the store equals ``after`` (the commit stands), except for
       the ``DELIVERY_MARKS`` of deliveries the run did not complete, which keep their
       value from before;
+    - raised after an inner store operation of a composite run returned
+      (``Prepared.reached``) -> the store equals the reference run's state at that stage;
     - any other raise -> the store equals ``before`` (values and the same objects); then
       ``follow_up`` (if any), run without faults, must end like the reference run, reach
       ``after`` and emit the same events (names and payloads).
@@ -406,7 +446,7 @@ async def sweep(
             if check is not None:
                 await check(trial)
             break
-        verdict = _judge(name, trial, after, boundary, expected_errors)
+        verdict = _judge(name, trial, reference, boundary, expected_errors)
         report.record(trial, verdict)
         if check is not None:
             await check(trial)

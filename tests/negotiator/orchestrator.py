@@ -17,8 +17,12 @@ The kernel's ``ModuleCoordinator`` (Rust) and its hook registry run on asyncio o
 the trio backend the module is mounted the same way on ``LocalCoordinator``, a small
 Python stand-in with the same surface (hooks, cancellation, capabilities, mount points).
 
-A ``FaultPlan`` (``faults.py``) given to the orchestrator makes ``count_view``,
-``fit_output`` and its report ``emit`` seams.
+A ``FaultPlan`` (``amplifier_module_context_simple.testing``) given to the orchestrator
+makes ``count_view``, ``fit_output`` and its report ``emit`` seams.
+
+The fake provider's counting rules (``proportional``, ``unavailable``, ``decision``) and
+``fitted`` are the whole suite's: ``counting(rule)`` is a bare ``count_view`` (no provider
+object, no orchestrator) for tests that call the store directly.
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import anyio.lowlevel
+
 import amplifier_module_context_simple as module
 from amplifier_module_context_simple import SimpleContextManager
-from tests.negotiator.faults import FaultPlan
+from amplifier_module_context_simple.testing import FaultPlan
 from tests.support import EventRecorder, mounted
 
 SOURCE: Final = "test.provider.count"
@@ -43,6 +49,7 @@ Decision = dict[str, Any] | None
 Rule = Callable[[list[dict[str, Any]]], Decision]
 """The fake provider's counting rule: the counted view -> a budget decision (or None)."""
 FitRule = Callable[[list[dict[str, Any]], Any], Awaitable[Any]]
+CountView = Callable[[list[dict[str, Any]]], Awaitable[dict[str, Any]]]
 
 
 # -- budget decisions and counting rules ----------------------------------------------------
@@ -101,6 +108,7 @@ def fitted(count: int, *, calls: int = 1, limit: int = 1000) -> FitRule:
     """A ``fit_output`` that always finds an output cap at which ``count`` fits."""
 
     async def fit(view: list[dict[str, Any]], attempt: Any) -> Any:
+        await anyio.lowlevel.checkpoint()
         return {
             "dispatch": FakeRequest(view, max_output_tokens=1000),
             "budget_decision": decision(count, limit=limit),
@@ -108,6 +116,23 @@ def fitted(count: int, *, calls: int = 1, limit: int = 1000) -> FitRule:
         }
 
     return fit
+
+
+def counted(rule: Rule, view: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``{dispatch, budget_decision}`` envelope a ``count_view`` returns for ``view``
+    counted by the fake provider's ``rule``."""
+    return {"dispatch": FakeRequest(list(view)), "budget_decision": rule(view)}
+
+
+def counting(rule: Rule) -> CountView:
+    """A bare ``count_view`` counting with ``rule`` (``Orchestrator.count_view`` without the
+    provider object)."""
+
+    async def count_view(view: list[dict[str, Any]]) -> dict[str, Any]:
+        await anyio.lowlevel.checkpoint()
+        return counted(rule, view)
+
+    return count_view
 
 
 # -- histories -----------------------------------------------------------------------------
@@ -307,6 +332,9 @@ class Orchestrator:
     fit_calls: list[tuple[list[dict[str, Any]], Any]] = field(default_factory=list)
     transaction: Any = None
     """The last transaction the getter returned (for post-mortem assertions)."""
+    on_result: Callable[[], None] | None = None
+    """Called right after the getter returned, before anything else awaits (a sweep
+    records the store's state there: ``testing.Prepared.reached``)."""
 
     async def _seam(self, label: str) -> None:
         if self.plan is not None:
@@ -338,6 +366,8 @@ class Orchestrator:
         if self.fit is not None and accepts_fit_output(getter):
             kwargs["fit_output"] = self.fit_output
         result = await getter(**kwargs)
+        if self.on_result is not None:
+            self.on_result()
         transaction = result.get("transaction") if isinstance(result, dict) else None
         self.transaction = transaction
         try:

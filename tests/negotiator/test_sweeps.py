@@ -1,29 +1,33 @@
-"""Fault sweeps over every await point of a negotiated request (RELIABILITY T1, T2, T4).
+"""Fault sweeps over every await point of a negotiated request (RELIABILITY T1, T2, T4, T5).
 
-Each sweep first runs the request with no faults (the reference run): that gives the
-expected ``after`` snapshot and the number N of seam hits (await points). Then, for
-k = 1, 2, ... it rebuilds the same store and runs the same request with a fault at hit k,
-until a run completes without reaching k (which must be k = N + 1). A request is driven
-the way an orchestrator does (``orchestrator.Orchestrator``): negotiation, validation and
-report, then ``await transaction.commit(...)`` immediately before dispatch.
+Each sweep is ``amplifier_module_context_simple.testing.sweep``: it first runs the request
+with no faults (the reference run: the expected ``after`` snapshot, the events the store
+emits and the number N of seam hits), then, for k = 1, 2, ... rebuilds the same store and
+runs the same request with a fault at hit k, until a run completes without reaching k
+(which must be k = N + 1). A request is driven the way an orchestrator does
+(``orchestrator.Orchestrator``): negotiation, validation and report, then
+``await transaction.commit(...)`` immediately before dispatch.
 
-Oracle (C1/C2): a run that raised leaves the store exactly as before (history, sticky
-decisions, the *same* stats object, version), except when the fault landed during the
-``context:compaction`` delivery inside ``commit``, after the commit step: then the commit
-stands and the store equals the no-fault ``after``. A run that returned equals ``after``.
-After a run that raised with the store unchanged, a clean follow-up request on the same
-store reaches ``after`` (the store stays usable; nothing is sticky).
+Oracle (C1/C2, ``testing.sweep``): a run that raised leaves the store's observable state
+exactly as before (history, sticky decisions, the *same* stats and meter objects, the
+budget mark, version), except when the fault landed during the ``context:compaction``
+delivery inside ``commit``, after the commit step: then the commit stands and the store
+equals the no-fault ``after``. A run that returned equals ``after``. After a run that raised
+with the store unchanged, a clean request on the same store reaches ``after`` and emits
+what the reference run emitted (the store stays usable; nothing is sticky). Per trial,
+the orchestrator's transaction is rolled back (raised, before) or committed (the commit
+stood), and a rolled-back one never commits later.
 
 Modes: ``error`` (``InjectedFault``; hooks swallow it, other seams propagate it),
 ``cancel`` (cancel the enclosing anyio ``CancelScope``) - each transient (hit k only) and
 persistent (every hit >= k), on asyncio (real ``ModuleCoordinator``) and trio
 (``LocalCoordinator``) - and ``native`` (``asyncio.current_task().cancel()`` at hit k,
-the request running in ``asyncio.create_task``; asyncio only).
+the request running in its own asyncio task; asyncio only).
 
 Await points per case (seam hits of the no-fault run; identical on both backends and in
 every mode; ``-s`` prints one ``SWEEP`` line per test with the labels and how the k runs
-ended: raised/before, raised/committed (the one cancellation landing in
-``context:compaction`` delivery after the commit step), returned)::
+ended: raised->before, boundary->after (the one cancellation landing in
+``context:compaction`` delivery after the commit step), returned->after)::
 
     case                 points  seams (report = emit:orchestrator:provider_budget)
     not_needed              4    factory, count_view, emit:context:budget, report
@@ -42,31 +46,34 @@ ended: raised/before, raised/committed (the one cancellation landing in
 80 await points per (mode, backend); 10 sweeps per case (error/cancel x transient/persistent
 x asyncio/trio, native x transient/persistent) = 800 faulted runs. ``CASES`` asserts each
 count as a minimum. The deep tier adds a 48-case grid in every mode and the trio
-scheduler-step sweep (T5), which finds exactly as many steps as seam hits.
+scheduler-step sweep (T5, ``testing.step_sweep``), which finds at least as many steps as
+seam hits.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import pytest
 
-from amplifier_module_context_simple import ContextLengthError, SimpleContextManager
+from amplifier_module_context_simple import ContextLengthError
 from amplifier_module_context_simple.negotiator.transaction import TxnState
-from tests.negotiator.faults import (
+from amplifier_module_context_simple.testing import (
     CANCEL,
-    COMPACTION_DELIVERY,
+    COMPACTION_EVENT,
     ERROR,
     NATIVE,
     FaultPlan,
+    FaultyHooks,
     InjectedFault,
-    Snapshot,
-    install,
-    snapshot,
+    Prepared,
+    SweepReport,
+    Trial,
+    faulty_factory,
+    step_sweep,
+    sweep,
 )
 from tests.negotiator.orchestrator import (
     FakeProvider,
@@ -83,10 +90,16 @@ from tests.negotiator.orchestrator import (
 
 SUMMARY: list[str] = []
 ANY = "*"
-
-
-async def system_prompt() -> str:
-    return "You are a careful assistant. Answer briefly and cite the files you read."
+PROMPT = "You are a careful assistant. Answer briefly and cite the files you read."
+SEAM_ORDER = [
+    "factory",
+    "count_view",
+    "fit_output",
+    "emit:context:budget",
+    "emit:orchestrator:provider_budget",
+    f"emit:{COMPACTION_EVENT}",
+]
+"""The documented order of the seams of one negotiated request and its commit."""
 
 
 @dataclass(frozen=True)
@@ -246,166 +259,105 @@ CASES = [
 
 
 @dataclass
-class Trial:
-    plan: FaultPlan
-    context: SimpleContextManager
-    orchestrator: Orchestrator
-    before: Snapshot
-    stats_before: dict[str, Any] | None
-    outcome: Outcome | None = None
-    error: BaseException | None = None
+class Run(Prepared[Outcome]):
+    """One prepared request: the store, the orchestrator that drives it, its retry."""
 
-    @property
-    def raised(self) -> bool:
-        return self.outcome is None
+    orchestrator: Orchestrator | None = None
 
 
-async def build(case: Case, backend: str, plan: FaultPlan) -> Trial:
-    """A fresh mounted store with ``case``'s history, seams routed through ``plan``."""
+async def build(case: Case, backend: str, plan: FaultPlan) -> Run:
+    """A fresh mounted store with ``case``'s history, its seams routed through ``plan``
+    (disarmed while the store is prepared)."""
     coordinator, context, _ = await mount_context(backend, case.config)
+    plan.disarm()
     await context.set_messages(case.history)
     if case.seed_budget is not None:
         await context.get_messages_for_request(token_budget=case.seed_budget)
         assert context.last_compaction_stats is not None, "the seed must commit a compaction"
-    await install(context, plan, system_prompt if case.factory else None)
+    hooks = FaultyHooks(plan, context.hooks)
+    context.hooks = hooks
+    if case.factory:
+        await context.set_system_prompt_factory(faulty_factory(plan, PROMPT))
     orchestrator = Orchestrator(
         coordinator, FakeProvider(case.rule), fit=case.fit, plan=plan, retain=case.retain
     )
-    return Trial(plan, context, orchestrator, snapshot(context), context.last_compaction_stats)
 
+    async def follow_up() -> Outcome:
+        """A clean request on the same store (a fresh orchestrator, no fault plan)."""
+        again = Orchestrator(coordinator, FakeProvider(case.rule), fit=case.fit, retain=case.retain)
+        return await again.run()
 
-async def run_trial(case: Case, backend: str, plan: FaultPlan) -> Trial:
-    trial = await build(case, backend, plan)
-    allowed: tuple[type[BaseException], ...] = (InjectedFault,)
-    if case.error is not None:
-        allowed += (case.error,)
-    if plan.kind == NATIVE:
-        task = asyncio.create_task(trial.orchestrator.run())
-        await asyncio.wait([task])
-        if not task.cancelled():
-            error = task.exception()
-            if error is None:
-                trial.outcome = task.result()
-            elif isinstance(error, allowed):
-                trial.error = error
-            else:
-                raise error
-        return trial
-    with anyio.CancelScope() as scope:
-        plan.scope = scope
-        try:
-            trial.outcome = await trial.orchestrator.run()
-        except allowed as error:
-            trial.error = error
-    return trial
+    prepared = Run(context, orchestrator.run, hooks, follow_up, orchestrator=orchestrator)
+    orchestrator.on_result = lambda: prepared.reached("measured view returned")
+    plan.arm()
+    return prepared
 
 
 def check_order(labels: list[str]) -> None:
     """Seams are hit in the documented order."""
-    order = [
-        "factory",
-        "count_view",
-        "fit_output",
-        "emit:context:budget",
-        "emit:orchestrator:provider_budget",
-        COMPACTION_DELIVERY,
-    ]
-    ranks = [order.index(label) for label in labels]
+    ranks = [SEAM_ORDER.index(label) for label in labels]
     assert ranks == sorted(ranks), labels
     assert labels.count("factory") <= 1 and labels.count("fit_output") <= 1, labels
     assert 1 <= labels.count("count_view") <= 9, labels
 
 
-@dataclass(frozen=True)
-class Reference:
-    after: Snapshot
-    labels: list[str]
-    committed: bool
+def checker(case: Case) -> Any:
+    """Per-trial checks beyond the store oracle: the orchestrator's transaction, and what
+    the unfaulted run did."""
+
+    async def check(trial: Trial[Outcome]) -> None:
+        prepared = trial.prepared
+        assert isinstance(prepared, Run) and prepared.orchestrator is not None
+        transaction = prepared.orchestrator.transaction
+        where = trial.describe()
+        if trial.k > 0 and not trial.plan.fired:  # the unfaulted run
+            check_order(trial.plan.labels)
+            if case.error is not None:
+                assert isinstance(trial.error, case.error), where
+                return
+            outcome = trial.value
+            assert trial.returned and outcome is not None, where
+            assert case.outcome in (ANY, outcome.result["outcome"]), where
+            assert outcome.dispatched, where
+            committed = outcome.committed is True
+            assert case.committed in (None, committed), where
+            if committed:
+                assert trial.plan.labels[-1] == f"emit:{COMPACTION_EVENT}", where
+            return
+        if trial.expected in ("before", "stage") and transaction is not None:
+            assert transaction.state is TxnState.ROLLED_BACK, where
+            assert await transaction.commit() is False, where
+            assert transaction.state is TxnState.ROLLED_BACK, where
+        elif trial.expected == "after" and not trial.returned:  # the commit stood
+            assert transaction is not None and transaction.state is TxnState.COMMITTED, where
+
+    return check
 
 
-async def reference(case: Case, backend: str) -> Reference:
-    """The no-fault run: the expected ``after``, the seam labels, whether it committed."""
-    trial = await run_trial(case, backend, FaultPlan())
-    check_order(trial.plan.labels)
-    after = snapshot(trial.context)
-    assert after.messages == trial.before.messages  # the canonical history never changes
+async def run_sweep(case: Case, backend: str, kind: str, persistent: bool) -> SweepReport:
+    """Inject at every await point of ``case``'s request; return the sweep's report."""
+    errors: tuple[type[BaseException], ...] = (InjectedFault,)
     if case.error is not None:
-        assert isinstance(trial.error, case.error), trial.error
-        assert after == trial.before
-        return Reference(after, trial.plan.labels, committed=False)
-    assert trial.outcome is not None, trial.error
-    assert case.outcome in (ANY, trial.outcome.result["outcome"])
-    assert trial.outcome.dispatched
-    committed = trial.outcome.committed is True
-    assert case.committed in (None, committed)
-    if committed:
-        assert after != trial.before and after.version != trial.before.version
-        assert trial.plan.labels[-1] == COMPACTION_DELIVERY
-    else:
-        assert after == trial.before
-    return Reference(after, trial.plan.labels, committed)
+        errors += (case.error,)
 
+    async def prepare(plan: FaultPlan) -> Prepared[Outcome]:
+        return await build(case, backend, plan)
 
-async def sweep(case: Case, backend: str, kind: str, persistent: bool) -> int:
-    """Inject at every await point; return the number of await points enumerated."""
-    ref = await reference(case, backend)
-    after, labels = ref.after, ref.labels
-    points = len(labels)
-    tally = {"raised/before": 0, "raised/committed": 0, "returned": 0}
-    for k in itertools.count(1):
-        plan = FaultPlan(k, kind, persistent)
-        trial = await run_trial(case, backend, plan)
-        state = snapshot(trial.context)
-        where = (k, plan.fired_label, plan.labels, trial.error)
-        assert state.messages == trial.before.messages, where
-        if plan.fired == 0:  # the run completed without reaching k
-            assert k == points + 1, where
-            assert not trial.raised or case.error is not None, where
-            assert state == after, where
-            break
-        assert k <= points, where
-        assert plan.labels[: k - 1] == labels[: k - 1], where  # deterministic up to the fault
-        transaction = trial.orchestrator.transaction
-        if not trial.raised:
-            assert state == after, where
-            tally["returned"] += 1
-        elif plan.last_fired == COMPACTION_DELIVERY and ref.committed:
-            assert state == after, where  # the commit stands once delivery started
-            assert transaction.state is TxnState.COMMITTED, where
-            tally["raised/committed"] += 1
-        else:
-            assert kind != ERROR or trial.error is not None, where
-            assert state == trial.before, where
-            assert trial.context.last_compaction_stats is trial.stats_before, where
-            if transaction is not None:
-                assert transaction.state is TxnState.ROLLED_BACK, where
-                assert await transaction.commit() is False, where
-                assert transaction.state is TxnState.ROLLED_BACK, where
-            await follow_up(case, trial, after)
-            tally["raised/before"] += 1
-    if ref.committed and kind in (CANCEL, NATIVE):
-        assert tally["raised/committed"] == 1  # the one fault after the commit step
-    SUMMARY.append(
-        f"SWEEP {case.name:<18} {backend:<7} {kind:<6} "
-        f"{'persistent' if persistent else 'transient':<10} {points:>2} await points "
-        f"{tally} {labels}"
+    report = await sweep(
+        case.name,
+        prepare,
+        kind=kind,
+        persistent=persistent,
+        boundary={COMPACTION_EVENT},
+        expected_errors=errors,
+        check=checker(case),
     )
+    committed = f"emit:{COMPACTION_EVENT}" in report.labels
+    if committed and kind in (CANCEL, NATIVE):
+        assert report.boundary == 1, report.summary()  # the one fault after the commit step
+    SUMMARY.append(f"SWEEP {backend:<7} {report.summary()}")
     print(SUMMARY[-1])
-    return points
-
-
-async def follow_up(case: Case, trial: Trial, after: Snapshot) -> None:
-    """A clean request on the same store after a raised one reaches the no-fault ``after``."""
-    trial.plan.disarm()
-    again = Orchestrator(
-        trial.orchestrator.coordinator, FakeProvider(case.rule), fit=case.fit, retain=case.retain
-    )
-    if case.error is not None:
-        with pytest.raises(case.error):
-            await again.run()
-    else:
-        await again.run()
-    assert snapshot(trial.context) == after
+    return report
 
 
 MODES = [(ERROR, False), (ERROR, True), (CANCEL, False), (CANCEL, True)]
@@ -418,8 +370,8 @@ async def test_sweep(case: Case, kind: str, persistent: bool, anyio_backend: str
     """An error or anyio cancellation at any await point leaves the store as before (or fully
     committed when it landed in ``context:compaction`` delivery); a run that returns equals
     the no-fault after; the store stays usable. Enumerates ``case.min_points``+ points."""
-    points = await sweep(case, anyio_backend, kind, persistent)
-    assert points >= case.min_points
+    report = await run_sweep(case, anyio_backend, kind, persistent)
+    assert report.points >= case.min_points
 
 
 @pytest.mark.anyio
@@ -430,8 +382,8 @@ async def test_native_sweep(case: Case, persistent: bool, anyio_backend: str) ->
     """Native ``Task.cancel()`` at any await point (asyncio, real coordinator): raised ->
     store as before, or committed when it landed in delivery after the commit step;
     returned -> the no-fault after. Enumerates ``case.min_points``+ points."""
-    points = await sweep(case, anyio_backend, NATIVE, persistent)
-    assert points >= case.min_points
+    report = await run_sweep(case, anyio_backend, NATIVE, persistent)
+    assert report.points >= case.min_points
 
 
 # -- deep tier ------------------------------------------------------------------------------
@@ -465,20 +417,8 @@ async def test_sweep_grid(case: Case, anyio_backend: str) -> None:
     for kind, persistent in DEEP_MODES:
         if kind == NATIVE and anyio_backend != "asyncio":
             continue
-        assert await sweep(case, anyio_backend, kind, persistent) >= case.min_points
-
-
-class CancelAfterSteps:
-    """A trio ``Instrument`` that cancels ``scope`` before the task's k-th scheduler step."""
-
-    def __init__(self, task: Any, scope: anyio.CancelScope, k: int) -> None:
-        self.task, self.scope, self.k, self.steps = task, scope, k, 0
-
-    def before_task_step(self, task: Any) -> None:
-        if task is self.task:
-            self.steps += 1
-            if self.steps == self.k:
-                self.scope.cancel()
+        report = await run_sweep(case, anyio_backend, kind, persistent)
+        assert report.points >= case.min_points
 
 
 @pytest.mark.deep
@@ -486,44 +426,19 @@ class CancelAfterSteps:
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 async def test_step_sweep(case: Case, anyio_backend: str) -> None:
-    """(T5) Cancel before every scheduler step of the request's task (trio; k = 0 cancels
-    before the first checkpoint): catches awaits outside the seams. Raised -> before, or
-    after when the transaction had committed; returned -> after. Enumerates as many steps
-    as seam hits (no unseen await)."""
-    import trio
-    import trio.lowlevel
+    """(T5) Cancel before every scheduler step of the request's task (trio,
+    ``testing.step_sweep``): catches awaits outside the seams. Raised -> before, or after
+    when the transaction had committed; returned -> after. Enumerates at least as many
+    steps as seam hits (no unseen await escapes)."""
+    errors: tuple[type[BaseException], ...] = () if case.error is None else (case.error,)
 
-    ref = await reference(case, anyio_backend)
-    allowed: tuple[type[BaseException], ...] = (InjectedFault,)
-    if case.error is not None:
-        allowed += (case.error,)
-    for k in itertools.count(0):
-        trial = await build(case, anyio_backend, FaultPlan())
-        task = trio.lowlevel.current_task()
-        with anyio.CancelScope() as scope:
-            if k == 0:
-                scope.cancel()
-            instrument = CancelAfterSteps(task, scope, k)
-            trio.lowlevel.add_instrument(instrument)  # type: ignore[arg-type]
-            try:
-                trial.outcome = await trial.orchestrator.run()
-            except allowed as error:
-                trial.error = error
-            finally:
-                trio.lowlevel.remove_instrument(instrument)  # type: ignore[arg-type]
-        state = snapshot(trial.context)
-        transaction = trial.orchestrator.transaction
-        committed = transaction is not None and transaction.state is TxnState.COMMITTED
-        expected = ref.after if not trial.raised or committed else trial.before
-        if case.error is not None and trial.error is not None:
-            expected = trial.before
-        assert state == expected, (k, instrument.steps)
-        if k == 0:
-            assert trial.raised and state == trial.before
-        elif instrument.steps < k:
-            steps = k - 1
-            break
-    line = f"STEPS {case.name:<18} trio {steps:>2} scheduler steps, {len(ref.labels)} seam hits"
+    async def prepare(plan: FaultPlan) -> Prepared[Outcome]:
+        return await build(case, anyio_backend, plan)
+
+    report = await step_sweep(
+        case.name, prepare, boundary={COMPACTION_EVENT}, expected_errors=errors
+    )
+    line = f"STEPS {case.name:<18} trio {report.points:>2} scheduler steps, {len(report.labels)} seam hits"
     SUMMARY.append(line)
     print(line)
-    assert steps >= len(ref.labels)
+    assert report.points >= len(report.labels)

@@ -8,7 +8,6 @@ of the run by ``pytest_terminal_summary`` in this directory's ``conftest.py``.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from amplifier_module_context_simple.testing import (
     faulty_factory,
     faulty_fit_output,
 )
+from tests.negotiator.orchestrator import Rule, counting
 
 # -- the summary collector ------------------------------------------------------------------
 
@@ -142,63 +142,11 @@ def small_history() -> list[dict[str, Any]]:
     ]
 
 
-# -- a fake provider count -----------------------------------------------------------------------
+# -- the fake provider: the reference orchestrator's (tests/negotiator/orchestrator.py) ----------
 
-
-def view_chars(view: Sequence[dict[str, Any]]) -> int:
-    return sum(len(json.dumps(m, sort_keys=True, default=str)) for m in view)
-
-
-def decision(count: int | None, *, estimated: int | None = None, limit: int = 100_000) -> Any:
-    body: dict[str, Any] = {
-        "estimated_input_tokens": (count or 0) if estimated is None else estimated,
-        "input_limit_tokens": limit,
-    }
-    if count is not None:
-        body["measurement"] = {"kind": "provider_count", "source": "test", "input_tokens": count}
-    return body
-
-
-CountRule = Callable[[list[dict[str, Any]]], Any]
-
-
-def proportional(scale: float, *, limit: int = 100_000, oversize: bool = False) -> CountRule:
-    """Count ``chars * scale``; ``oversize``: the provider's estimate exceeds its limit."""
-
-    def rule(view: list[dict[str, Any]]) -> Any:
-        count = int(view_chars(view) * scale)
-        estimated = max(count, limit + 1) if oversize else count
-        return {
-            "dispatch": {"messages": len(view)},
-            "budget_decision": decision(count, estimated=estimated, limit=limit),
-        }
-
-    return rule
-
-
-def unavailable(limit: int = 100_000) -> CountRule:
-    def rule(view: list[dict[str, Any]]) -> Any:
-        return {"dispatch": {}, "budget_decision": decision(None, estimated=10, limit=limit)}
-
-    return rule
-
-
-def counting(rule: CountRule) -> Callable[[list[dict[str, Any]]], Awaitable[Any]]:
-    async def count_view(view: list[dict[str, Any]]) -> Any:
-        return rule(view)
-
-    return count_view
-
-
-def fitted(count: int, *, limit: int = 100_000, calls: int = 1) -> Callable[..., Awaitable[Any]]:
-    async def fit_output(view: list[dict[str, Any]], attempt: Any) -> Any:
-        return {
-            "dispatch": {"max_output_tokens": 1000},
-            "budget_decision": decision(count, limit=limit),
-            "count_calls": calls,
-        }
-
-    return fit_output
+LIMIT = 100_000
+"""The fake provider's input limit in this suite: far above every view, so only the
+policy budget (``max_tokens``) decides (the negotiator's own tests use 1000)."""
 
 
 # -- the transaction ledger ------------------------------------------------------------------------
@@ -279,7 +227,7 @@ class Operation:
     seed_budget: int | None = None
     """Commit an ordinary compaction at this budget first (a sticky starting state)."""
     factory: bool = True
-    rule: CountRule | None = None
+    rule: Rule | None = None
     fit: Callable[..., Awaitable[Any]] | None = None
     retain: tuple[str, ...] = ()
     min_points: int = 1

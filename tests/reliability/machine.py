@@ -41,13 +41,8 @@ from amplifier_module_context_simple.testing import (
     faulty_count_view,
     snapshot,
 )
-from tests.reliability.harness import (
-    EXAMPLES,
-    counting,
-    describe,
-    proportional,
-    track_transactions,
-)
+from tests.negotiator.orchestrator import counting, proportional
+from tests.reliability.harness import EXAMPLES, LIMIT, describe, track_transactions
 from tests.reliability.strategies import BODIES, FORMATS, History, histories, junk_messages
 
 LEGAL: dict[TxnState, frozenset[TxnEvent]] = {
@@ -145,7 +140,9 @@ class StoreMachine(RuleBasedStateMachine):
     def negotiate(self, scale: float) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             return await self.manager.get_measured_request_view(
-                provider=None, retain_contents=[], count_view=counting(proportional(scale))
+                provider=None,
+                retain_contents=[],
+                count_view=counting(proportional(scale, limit=LIMIT)),
             )
 
         result = self.portal.call(go)
@@ -320,7 +317,7 @@ class StoreMachine(RuleBasedStateMachine):
     def faulty_negotiation(self, k: int, kind: str, scale: float, persistent: bool) -> None:
         plan = FaultPlan(k, kind, persistent)
         hooks = FaultyHooks(plan)
-        count_view = faulty_count_view(plan, counting(proportional(scale)))
+        count_view = faulty_count_view(plan, counting(proportional(scale, limit=LIMIT)))
         before = snapshot(self.manager)
 
         async def go() -> Any:

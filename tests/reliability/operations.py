@@ -21,18 +21,17 @@ from amplifier_module_context_simple.testing import (
     SweepReport,
     sweep,
 )
+from tests.negotiator.orchestrator import fitted, proportional, unavailable
 from tests.reliability.harness import (
+    LIMIT,
     REMINDER,
     Operation,
     build,
     checker,
-    fitted,
     mixed_history,
-    proportional,
     record,
     small_history,
     track_transactions,
-    unavailable,
 )
 
 HISTORY = tuple(mixed_history(1200))
@@ -64,7 +63,7 @@ OPERATIONS = [
         "measured",
         HISTORY,
         MEASURED,
-        rule=proportional(0.05),
+        rule=proportional(0.05, limit=LIMIT),
         outcome="not_needed",
         min_points=3,
     ),
@@ -73,7 +72,7 @@ OPERATIONS = [
         "measured",
         HISTORY,
         MEASURED,
-        rule=proportional(0.3),
+        rule=proportional(0.3, limit=LIMIT),
         outcome="target_reached",
         min_points=4,
     ),
@@ -82,7 +81,7 @@ OPERATIONS = [
         "measured",
         HISTORY,
         EVERY_RUNG,
-        rule=proportional(0.3),
+        rule=proportional(0.3, limit=LIMIT),
         outcome="target_reached",
         min_points=4,
     ),
@@ -101,7 +100,7 @@ OPERATIONS = [
         "measured",
         HISTORY,
         MEASURED,
-        rule=unavailable(),
+        rule=unavailable(estimated=10, limit=LIMIT),
         outcome="measurement_unavailable",
         min_points=4,
     ),
@@ -110,7 +109,7 @@ OPERATIONS = [
         "measured",
         HISTORY,
         MEASURED,
-        rule=proportional(1.0),
+        rule=proportional(1.0, limit=LIMIT),
         outcome="protected_floor",
         min_points=4,
     ),
@@ -119,14 +118,19 @@ OPERATIONS = [
         "measured",
         HISTORY,
         MEASURED,
-        rule=proportional(0.3),
+        rule=proportional(0.3, limit=LIMIT),
         retain=(REMINDER,),
         outcome="target_reached",
         min_points=4,
     ),
     # RequestTransaction.commit: entry, is_cancelled, then compaction delivery
     Operation(
-        "commit/target-reached", "commit", HISTORY, MEASURED, rule=proportional(0.3), min_points=3
+        "commit/target-reached",
+        "commit",
+        HISTORY,
+        MEASURED,
+        rule=proportional(0.3, limit=LIMIT),
+        min_points=3,
     ),
     Operation(
         "commit/reduced-output",

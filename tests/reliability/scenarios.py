@@ -21,13 +21,8 @@ from amplifier_module_context_simple.testing import (
     freeze,
     snapshot,
 )
-from tests.reliability.harness import (
-    EXAMPLES,
-    PROMPT,
-    mixed_history,
-    proportional,
-    track_transactions,
-)
+from tests.negotiator.orchestrator import counted, proportional
+from tests.reliability.harness import EXAMPLES, LIMIT, PROMPT, mixed_history, track_transactions
 from tests.reliability.strategies import History, histories
 
 RESERVE = 800
@@ -151,12 +146,12 @@ async def measured(history: list[Any], config: dict[str, Any], budget: int) -> A
     final view and the committed decisions' later views are checked."""
     manager = SimpleContextManager(**config, token_meter="actual", max_tokens=budget)
     await manager.set_messages(history)
-    rule = proportional(0.3)
+    rule = proportional(0.3, limit=LIMIT)
 
     async def count_view(view: list[dict[str, Any]]) -> Any:
         check(history, view)
         EXAMPLES["negotiated candidate views"] += 1
-        return rule(view)
+        return counted(rule, view)
 
     with track_transactions() as ledger:
         result = await manager.get_measured_request_view(
@@ -336,7 +331,7 @@ def slow_count(scale: float, waits: list[int]) -> Any:
         nonlocal calls
         await pause(waits[calls % len(waits)])
         calls += 1
-        return proportional(scale)(view)
+        return counted(proportional(scale, limit=LIMIT), view)
 
     return count_view
 

@@ -32,13 +32,13 @@ from amplifier_module_context_simple.testing import (
     mutate_view,
     snapshot,
 )
+from tests.negotiator.orchestrator import counted, counting, proportional
 from tests.reliability.harness import (
     EXAMPLES,
+    LIMIT,
     PROMPT,
     REMINDER,
-    counting,
     hsettings,
-    proportional,
     track_transactions,
 )
 from tests.reliability.scenarios import HISTORY, measured_store, negotiate_and_judge
@@ -61,14 +61,14 @@ async def test_garbage_count_envelopes(
     EXAMPLES["T6 count_view envelopes"] += 1
     manager = await measured_store(count_every_rung=every_rung)
     script = list(answers)
-    good = proportional(0.3)
+    good = proportional(0.3, limit=LIMIT)
 
     async def count_view(view: list[dict[str, Any]]) -> Any:
         await anyio.lowlevel.checkpoint()
         if good_first and not getattr(count_view, "started", False):
             count_view.started = True  # type: ignore[attr-defined]
-            return good(view)
-        return script.pop(0) if script else good(view)
+            return counted(good, view)
+        return script.pop(0) if script else counted(good, view)
 
     outcome = await negotiate_and_judge(manager, count_view)
     EXAMPLES[f"T6 count_view -> {outcome}"] += 1
@@ -102,7 +102,7 @@ async def test_each_bad_count_value(field: str, value: Any, anyio_backend: str) 
     manager = await measured_store()
 
     async def count_view(view: list[dict[str, Any]]) -> Any:
-        envelope = proportional(0.3)(view)
+        envelope = counted(proportional(0.3, limit=LIMIT), view)
         decision = envelope["budget_decision"]
         if field == "input_tokens":
             decision["measurement"][field] = value
@@ -141,7 +141,7 @@ async def test_a_sync_count_view_fails_typed(anyio_backend: str) -> None:
     before = snapshot(manager)
     with track_transactions() as ledger, pytest.raises(TypeError):
         await manager.get_measured_request_view(
-            provider=None, retain_contents=[], count_view=proportional(0.3)
+            provider=None, retain_contents=[], count_view=proportional(0.3, limit=LIMIT)
         )
     assert snapshot(manager) == before and snapshot(manager).same_objects(before)
     assert [t.state for t in ledger.created] == [TxnState.ROLLED_BACK]
@@ -175,7 +175,7 @@ async def test_a_seam_mutating_its_view_changes_nothing_stored(
     rule = proportional(0.3, limit=1500, oversize=seam == "fit_output")
 
     async def count_view(view: list[dict[str, Any]]) -> Any:
-        envelope = rule(view)
+        envelope = counted(rule, view)
         if seam == "count_view":
             given.append(view)
             mutate(view)
@@ -231,7 +231,9 @@ async def test_a_factory_returning_a_non_string(value: Any, path: str, anyio_bac
             )
         else:
             await manager.get_measured_request_view(
-                provider=None, retain_contents=[], count_view=counting(proportional(0.3))
+                provider=None,
+                retain_contents=[],
+                count_view=counting(proportional(0.3, limit=LIMIT)),
             )
     after = snapshot(manager)
     assert after == before and after.same_objects(before)
@@ -318,7 +320,7 @@ async def test_bad_token_budgets(budget: Any, anyio_backend: str) -> None:
 async def test_bad_request_arguments(anyio_backend: str) -> None:
     manager = await measured_store()
     before = snapshot(manager)
-    count_view = counting(proportional(0.3))
+    count_view = counting(proportional(0.3, limit=LIMIT))
     for retain in ("body", [1], [None], None):
         with pytest.raises(TypeError):
             await manager.get_messages_for_request_retaining(retain_contents=retain)  # type: ignore[arg-type]

@@ -28,13 +28,8 @@ from amplifier_module_context_simple.negotiator.transaction import (
     _Machine,
 )
 from amplifier_module_context_simple.testing import snapshot
-from tests.reliability.harness import (
-    PROMPT,
-    counting,
-    mixed_history,
-    proportional,
-    small_history,
-)
+from tests.negotiator.orchestrator import counted, counting, proportional
+from tests.reliability.harness import LIMIT, PROMPT, mixed_history, small_history
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +38,7 @@ async def ready_transaction() -> tuple[SimpleContextManager, RequestTransaction]
     manager = SimpleContextManager(token_meter="actual", max_tokens=3000, protected_tool_results=1)
     await manager.set_messages(mixed_history(1200))
     result = await manager.get_measured_request_view(
-        provider=None, retain_contents=[], count_view=counting(proportional(0.3))
+        provider=None, retain_contents=[], count_view=counting(proportional(0.3, limit=LIMIT))
     )
     transaction = result["transaction"]
     assert isinstance(transaction, RequestTransaction)
@@ -103,7 +98,7 @@ async def _factory() -> str:
 
 
 async def _count(view: list[dict[str, Any]]) -> Any:
-    return proportional(0.3)(view)
+    return counted(proportional(0.3, limit=LIMIT), view)
 
 
 CALLS: dict[str, Call] = {

@@ -27,14 +27,14 @@ from amplifier_module_context_simple.testing import (
     snapshot,
     sweep,
 )
+from tests.negotiator.orchestrator import counted, counting, proportional
 from tests.reliability.harness import (
+    LIMIT,
     PROMPT,
     Operation,
     build,
     checker,
-    counting,
     mixed_history,
-    proportional,
     record,
     track_transactions,
 )
@@ -127,7 +127,7 @@ async def test_a_count_error_is_not_replaced_by_failing_hooks(anyio_backend: str
         calls += 1
         if calls == 2:
             raise original
-        return proportional(0.3)(view)
+        return counted(proportional(0.3, limit=LIMIT), view)
 
     with track_transactions() as ledger, pytest.raises(InjectedFault) as raised:
         await manager.get_measured_request_view(
@@ -198,7 +198,7 @@ async def test_a_crashing_budget_delivery_rolls_the_negotiation_back(anyio_backe
     before = snapshot(manager)
     with track_transactions() as ledger, pytest.raises(Crash):
         await manager.get_measured_request_view(
-            provider=None, retain_contents=[], count_view=counting(proportional(0.3))
+            provider=None, retain_contents=[], count_view=counting(proportional(0.3, limit=LIMIT))
         )
     assert [t.state for t in ledger.created] == [TxnState.ROLLED_BACK]
     after = snapshot(manager)
@@ -210,7 +210,7 @@ async def test_a_crashing_compaction_delivery_keeps_the_commit(anyio_backend: st
     manager = await measured_store(FaultyHooks())
     with track_transactions() as ledger:
         result = await manager.get_measured_request_view(
-            provider=None, retain_contents=[], count_view=counting(proportional(0.3))
+            provider=None, retain_contents=[], count_view=counting(proportional(0.3, limit=LIMIT))
         )
     transaction: RequestTransaction = result["transaction"]
     manager.hooks = hooks
@@ -231,7 +231,7 @@ async def test_a_raising_predicate_with_failing_hooks_leaves_the_transaction_rea
 ) -> None:
     manager = await measured_store(FaultyHooks())
     result = await manager.get_measured_request_view(
-        provider=None, retain_contents=[], count_view=counting(proportional(0.3))
+        provider=None, retain_contents=[], count_view=counting(proportional(0.3, limit=LIMIT))
     )
     transaction: RequestTransaction = result["transaction"]
     hooks = FailingHooks(crash=frozenset({"context:compaction"}))

@@ -32,13 +32,8 @@ from amplifier_module_context_simple.testing import (
     check_view_invariants,
     snapshot,
 )
-from tests.reliability.harness import (
-    EXAMPLES,
-    hsettings,
-    mixed_history,
-    openai_round,
-    proportional,
-)
+from tests.negotiator.orchestrator import counted, proportional
+from tests.reliability.harness import EXAMPLES, LIMIT, hsettings, mixed_history, openai_round
 from tests.reliability.scenarios import concurrent_negotiations, pause, slow_count, store
 from tests.support import replaced
 
@@ -159,7 +154,7 @@ async def test_a_store_move_during_a_negotiation_makes_its_commit_a_conflict(
     async def count_view(view: list[dict[str, Any]]) -> Any:
         counting_started.set()
         await moved.wait()
-        return proportional(0.3)(view)
+        return counted(proportional(0.3, limit=LIMIT), view)
 
     async def mover() -> None:
         await counting_started.wait()
@@ -207,7 +202,7 @@ async def test_a_store_move_during_a_negotiation_makes_its_commit_a_conflict(
 
 async def _quick(view: list[dict[str, Any]]) -> Any:
     await anyio.lowlevel.checkpoint()
-    return proportional(0.3)(view)
+    return counted(proportional(0.3, limit=LIMIT), view)
 
 
 def test_a_deadline_on_a_hanging_count_under_a_mock_clock() -> None:
@@ -221,7 +216,7 @@ def test_a_deadline_on_a_hanging_count_under_a_mock_clock() -> None:
 
         async def hanging(view: list[dict[str, Any]]) -> Any:
             await anyio.sleep(3600)
-            return proportional(0.3)(view)
+            return counted(proportional(0.3, limit=LIMIT), view)
 
         started = anyio.current_time()
         with anyio.move_on_after(30) as scope:

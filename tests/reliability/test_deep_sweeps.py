@@ -25,13 +25,13 @@ from amplifier_module_context_simple.testing import (
     Prepared,
     step_sweep,
 )
+from tests.negotiator.orchestrator import proportional
 from tests.reliability.harness import (
     EXAMPLES,
     Operation,
     build,
     checker,
     hsettings,
-    proportional,
     track_transactions,
 )
 from tests.reliability.operations import boundary, run_sweep

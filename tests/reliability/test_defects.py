@@ -121,7 +121,8 @@ class PayloadMutatingHooks:
 async def test_a_hook_editing_its_payload_changes_nothing_stored(
     path: str, anyio_backend: str
 ) -> None:
-    from tests.reliability.harness import counting, mixed_history, proportional
+    from tests.negotiator.orchestrator import counting, proportional
+    from tests.reliability.harness import LIMIT, mixed_history
 
     manager = SimpleContextManager(token_meter="actual", max_tokens=3000, protected_tool_results=1)
     await manager.set_messages(mixed_history(1200))
@@ -130,7 +131,7 @@ async def test_a_hook_editing_its_payload_changes_nothing_stored(
         await manager.get_messages_for_request(token_budget=2400)
     else:
         result = await manager.get_measured_request_view(
-            provider=None, retain_contents=[], count_view=counting(proportional(0.3))
+            provider=None, retain_contents=[], count_view=counting(proportional(0.3, limit=LIMIT))
         )
         manager.hooks = PayloadMutatingHooks()
         assert await result["transaction"].commit() is True
@@ -144,12 +145,8 @@ async def test_a_hook_editing_its_payload_changes_nothing_stored(
 async def test_a_reset_during_a_count_fails_typed(move: str, anyio_backend: str) -> None:
     from amplifier_module_context_simple.errors import TransactionConflictError
     from amplifier_module_context_simple.negotiator.transaction import TxnState
-    from tests.reliability.harness import (
-        mixed_history,
-        proportional,
-        small_history,
-        track_transactions,
-    )
+    from tests.negotiator.orchestrator import counted, proportional
+    from tests.reliability.harness import LIMIT, mixed_history, small_history, track_transactions
 
     manager = SimpleContextManager(token_meter="actual", max_tokens=3000, protected_tool_results=1)
     await manager.set_messages(mixed_history(1200))
@@ -163,7 +160,7 @@ async def test_a_reset_during_a_count_fails_typed(move: str, anyio_backend: str)
                 await manager.clear()
             else:
                 await manager.set_messages(small_history())
-        return proportional(0.3)(view)
+        return counted(proportional(0.3, limit=LIMIT), view)
 
     with track_transactions() as ledger:
         try:
@@ -180,7 +177,8 @@ async def test_a_reset_during_a_count_fails_typed(move: str, anyio_backend: str)
 # Found by this suite and fixed; kept as a regression test.
 @pytest.mark.anyio
 async def test_a_result_admitted_during_a_count_never_loses_its_call(anyio_backend: str) -> None:
-    from tests.reliability.harness import mixed_history, openai_round, proportional
+    from tests.negotiator.orchestrator import counted, proportional
+    from tests.reliability.harness import LIMIT, mixed_history, openai_round
 
     call, result = openai_round(["late"], 900)
     base = mixed_history(1200)
@@ -195,7 +193,7 @@ async def test_a_result_admitted_during_a_count_never_loses_its_call(anyio_backe
         if calls == 1:  # the late tool result arrives while the count is in flight
             await manager.add_message(result)
             history.append(result)
-        return proportional(1.0)(view)
+        return counted(proportional(1.0, limit=LIMIT), view)
 
     outcome = await manager.get_measured_request_view(
         provider=None, retain_contents=[], count_view=count_view

@@ -66,7 +66,8 @@ from amplifier_module_context_simple.testing import (
     ViewInvariantError,
     step_sweep,
 )
-from tests.reliability.harness import EXAMPLES, build, checker, track_transactions
+from tests.negotiator.orchestrator import counted
+from tests.reliability.harness import EXAMPLES, LIMIT, build, checker, track_transactions
 from tests.reliability.machine import StoreMachine
 from tests.reliability.operations import OPERATION, boundary, run_sweep
 from tests.reliability.scenarios import (
@@ -292,7 +293,7 @@ async def test_the_bad_value_harness_catches_missing_count_validation(
     for value in (True, -1, 1.5, "12", None):
 
         async def count_view(view: list[dict[str, Any]], value: Any = value) -> Any:
-            envelope = proportional(0.3)(view)
+            envelope = counted(proportional(0.3, limit=LIMIT), view)
             envelope["budget_decision"]["measurement"]["input_tokens"] = value
             envelope["budget_decision"]["estimated_input_tokens"] = value
             return envelope
@@ -306,7 +307,7 @@ async def test_the_bad_value_harness_catches_missing_count_validation(
     for value in (True, -1, 1.5, "12", None):
 
         async def count_view(view: list[dict[str, Any]], value: Any = value) -> Any:
-            envelope = proportional(0.3)(view)
+            envelope = counted(proportional(0.3, limit=LIMIT), view)
             envelope["budget_decision"]["measurement"]["input_tokens"] = value
             envelope["budget_decision"]["estimated_input_tokens"] = value
             return envelope
