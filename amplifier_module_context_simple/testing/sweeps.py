@@ -271,9 +271,9 @@ def _judge(
     reached = list(trial.prepared.stages)
     if reached:
         stage = reached[-1]
-        expected = reference.prepared.stages.get(stage)
-        if expected is None or state != expected:
-            fields = state.differences(expected) if expected is not None else []
+        at_stage = reference.prepared.stages.get(stage)
+        if at_stage is None or state != at_stage:
+            fields = state.differences(at_stage) if at_stage is not None else []
             raise SweepFailure(
                 name,
                 trial,
