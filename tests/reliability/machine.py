@@ -1,20 +1,39 @@
-"""The T8 state machine: the async store driven through an anyio blocking portal.
+"""The stateful model of the store (RELIABILITY T7 and T8), on asyncio and on trio.
 
 Hypothesis has no async stateful testing, so every rule runs its async work with
-``portal.call`` (anyio's blocking portal on the chosen backend; RELIABILITY T8). Rules
-interleave admissions (valid, in the three tool formats, and junk), ``set_messages``,
-``clear``, ordinary and retaining requests, negotiations that commit, roll back, leak a
-READY transaction (committed later, after other commits - a conflict - or never), illegal
-transaction events, and faulty negotiations and requests (an error or a cancellation at a
-chosen await point). Invariants after every step: the canonical history and the version
-agree with ``ReferenceStore``; no transaction is left in a live state; a leaked READY
-transaction changes nothing; every view met the view invariants when it was returned.
+``portal.call`` (anyio's blocking portal on the machine's backend). One machine drives one
+store through everything that changes it, against two models written from the contract
+(CONTRACT 5, 8.2), independently of the implementation's tables:
+
+- ``ReferenceStore`` (``testing``): the canonical history and the version;
+- the committed decisions: the very object the last commit made the store's (an ordinary
+  request's own, a transaction's staged one), reset by ``set_messages``/``clear``;
+- ``MODEL_TABLE``: the transaction machine (states, events, their effects) of one request
+  the model *drives* through its internal API - every driver method (``stage``,
+  ``counting``, ``counted``, ``fitting``, ``fitted``, ``no_fit``, ``finish``,
+  ``rollback``) and every event through the transition function ``_fire`` from every state,
+  legal and illegal, with real candidates of the planned request; ``commit`` through the
+  machine or the orchestrator's ``RequestTransaction`` handle, with a predicate that says
+  "not cancelled", "cancelled" or raises.
+
+Rules interleave admissions (valid, in the three tool formats, and junk),
+``set_messages`` (extending or replacing), ``clear``, ordinary and retaining requests,
+negotiations that commit, roll back, leak a READY transaction (committed later, after
+other commits - a conflict - or never), illegal events on finished transactions, faulty
+negotiations and requests (an error or a cancellation at a chosen await point), and the
+driven transaction. Invariants after every step: the history and the version agree with
+``ReferenceStore``; the committed decisions are the model's (the same object); no
+transaction but the driven one is left live; a leaked READY transaction changes nothing;
+the driven machine and its handle agree with the model (state, staged candidate, conflict
+flag, changes); every view met the view invariants when it was returned.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import anyio
@@ -23,7 +42,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from amplifier_module_context_simple import ContextLengthError, SimpleContextManager
-from amplifier_module_context_simple.errors import TransactionStateError
+from amplifier_module_context_simple.context.decisions import Decisions
+from amplifier_module_context_simple.context.negotiable import Candidate
+from amplifier_module_context_simple.errors import (
+    TransactionConflictError,
+    TransactionStateError,
+)
 from amplifier_module_context_simple.negotiator.transaction import (
     TERMINAL,
     RequestTransaction,
@@ -42,8 +66,11 @@ from amplifier_module_context_simple.testing import (
     snapshot,
 )
 from tests.negotiator.orchestrator import counting, proportional
+from tests.negotiator.test_transaction import API, TAKES_CANDIDATE
 from tests.reliability.harness import EXAMPLES, LIMIT, describe, track_transactions
 from tests.reliability.strategies import BODIES, FORMATS, History, histories, junk_messages
+
+S, E = TxnState, TxnEvent
 
 LEGAL: dict[TxnState, frozenset[TxnEvent]] = {
     TxnState.READY: frozenset({TxnEvent.COMMIT, TxnEvent.ROLLBACK}),
@@ -52,6 +79,83 @@ LEGAL: dict[TxnState, frozenset[TxnEvent]] = {
 }
 """From CONTRACT 8.2 (not the implementation's table): what may happen to a finished one
 (once terminal, ``commit`` and ``rollback`` are no-ops)."""
+
+STAGE, CHECK, APPLY, DISCARD = "stage", "check history", "apply", "discard"
+ROLLBACK = (S.ROLLED_BACK, (DISCARD,))
+MODEL_TABLE: dict[TxnState, dict[TxnEvent, tuple[TxnState, tuple[str, ...]]]] = {
+    S.STAGED: {
+        E.REDUCE: (S.STAGED, (STAGE,)),
+        E.COUNT: (S.COUNTING, ()),
+        E.FINISH: (S.READY, (STAGE,)),
+        E.ROLLBACK: ROLLBACK,
+    },
+    S.COUNTING: {E.RECORD: (S.COUNTED, (CHECK,)), E.ROLLBACK: ROLLBACK},
+    S.COUNTED: {
+        E.REDUCE: (S.STAGED, (STAGE,)),
+        E.FIT: (S.FITTING, ()),
+        E.FINISH: (S.READY, (STAGE,)),
+        E.ROLLBACK: ROLLBACK,
+    },
+    S.FITTING: {
+        E.FITTED: (S.READY, (CHECK, STAGE)),
+        E.NO_FIT: (S.COUNTED, (CHECK,)),
+        E.ROLLBACK: ROLLBACK,
+    },
+    S.READY: {E.COMMIT: (S.COMMITTED, (APPLY,)), E.ROLLBACK: ROLLBACK},
+    S.COMMITTED: {E.COMMIT: (S.COMMITTED, ()), E.ROLLBACK: (S.COMMITTED, ())},
+    S.ROLLED_BACK: {E.COMMIT: (S.ROLLED_BACK, ()), E.ROLLBACK: (S.ROLLED_BACK, ())},
+}
+"""The transaction's table as the model reads CONTRACT 8.2 and the transaction module's
+documentation: state -> event -> (next state, effects in order). Missing: illegal."""
+LIVE = frozenset({S.STAGED, S.COUNTING, S.COUNTED, S.FITTING})
+
+
+class PredicateError(Exception):
+    """What a raising ``is_cancelled`` predicate raises."""
+
+
+def predicate(kind: str) -> Any:
+    if kind == "none":
+        return None
+    if kind == "raises":
+
+        def raising() -> bool:
+            raise PredicateError(kind)
+
+        return raising
+    return lambda: kind == "cancelled"
+
+
+@dataclass
+class ModelTxn:
+    """The model of the driven transaction."""
+
+    state: TxnState
+    base: Candidate
+    staged: Candidate
+    version: tuple[int, int]
+    """The store version the request was planned on."""
+    replaced: bool = False
+    """``set_messages``/``clear`` replaced the history since planning."""
+    conflict: bool = False
+
+    @property
+    def changes(self) -> bool:
+        return self.staged.decisions is not self.base.decisions
+
+    def discard(self) -> None:
+        self.state = S.ROLLED_BACK
+        self.staged = self.base
+
+
+@dataclass
+class Driven:
+    """The transaction the model drives through the machine's internal API."""
+
+    machine: _Machine
+    handle: RequestTransaction
+    model: ModelTxn
+    candidates: list[Candidate]
 
 
 def _call(fmt: str, ids: list[str]) -> dict[str, Any]:
@@ -93,10 +197,13 @@ class StoreMachine(RuleBasedStateMachine):
             token_meter="actual", max_tokens=6000, protected_tool_results=1, hooks=self.hooks
         )
         self.model = ReferenceStore()
+        self.decisions = self.manager._decisions
+        """The committed decisions the model expects: the very object."""
         self.admitted: list[Any] = []
         self.leaked: list[tuple[RequestTransaction, tuple[int, int]]] = []
         """READY handles never committed, with the store version they were planned on."""
         self.ids = 0
+        self.driven: Driven | None = None
 
     def teardown(self) -> None:
         self._stack.close()
@@ -109,12 +216,32 @@ class StoreMachine(RuleBasedStateMachine):
         EXAMPLES["T8 views checked"] += 1
 
     def note_version(self, before: tuple[int, int]) -> None:
-        """An ordinary request may commit its own compaction (the commit counter moves by 1)."""
+        """An ordinary request may commit its own compaction (the commit counter moves by 1,
+        and the store's decisions are the request's own new object)."""
         now = self.manager.version
         assert now[0] == before[0], "a request changed the history epoch"
         assert now[1] - before[1] in (0, 1), "a request committed more than once"
         if now[1] != before[1]:
             self.model.note_commit()
+            assert self.manager._decisions is not self.decisions, "a commit kept the decisions"
+            self.decisions = self.manager._decisions
+
+    def note_reset(self, replaced: bool) -> None:
+        """After ``set_messages``/``clear``: a replaced history starts with no decisions."""
+        if not replaced:
+            return
+        assert self.manager._decisions == Decisions(), "a reset kept sticky decisions"
+        self.decisions = self.manager._decisions
+        if self.driven is not None:
+            self.driven.model.replaced = True
+
+    def note_commit(self, transaction: RequestTransaction) -> None:
+        """A transaction committed: the store's decisions are its staged ones."""
+        self.model.note_commit()
+        staged = self.machine(transaction).staged.decisions
+        assert self.manager._decisions is staged
+        assert self.manager.last_compaction_stats is transaction.stats
+        self.decisions = staged
 
     def admit(self, message: Any) -> bool:
         before = snapshot(self.manager)
@@ -176,16 +303,20 @@ class StoreMachine(RuleBasedStateMachine):
     def add_junk(self, message: Any) -> None:
         EXAMPLES["T8 junk admitted" if self.admit(message) else "T8 junk rejected"] += 1
 
-    @rule(history=histories(max_turns=3))
-    def set_messages(self, history: History) -> None:
-        self.portal.call(self.manager.set_messages, history.messages)
-        self.model.set(history.messages)
-        self.admitted = list(history.messages)
+    @rule(history=histories(max_turns=3), extend=st.booleans())
+    def set_messages(self, history: History, extend: bool) -> None:
+        """Re-set the admitted list plus more (an extension: nothing resets) or another list
+        (a replacement)."""
+        messages = [*self.admitted, *history.messages] if extend else history.messages
+        self.portal.call(self.manager.set_messages, messages)
+        self.note_reset(self.model.set(messages))
+        self.admitted = list(messages)
 
     @rule()
     def clear(self) -> None:
         self.portal.call(self.manager.clear)
         self.model.clear()
+        self.note_reset(True)
         self.admitted = []
 
     # -- requests ------------------------------------------------------------------------
@@ -238,9 +369,7 @@ class StoreMachine(RuleBasedStateMachine):
         transaction = result["transaction"]
         if transaction is not None:
             assert self.portal.call(transaction.commit) is True
-            assert self.manager._decisions is self.machine(transaction).staged.decisions
-            assert self.manager.last_compaction_stats is transaction.stats
-            self.model.note_commit()
+            self.note_commit(transaction)
 
     @rule(scale=st.sampled_from([0.05, 0.3, 1.0]))
     def negotiate_then_rollback(self, scale: float) -> None:
@@ -269,9 +398,7 @@ class StoreMachine(RuleBasedStateMachine):
         committed = self.portal.call(transaction.commit)
         assert committed is current, "a stale transaction committed, or a fresh one did not"
         if committed:
-            self.model.note_commit()
-            assert self.manager._decisions is self.machine(transaction).staged.decisions
-            assert self.manager.last_compaction_stats is transaction.stats
+            self.note_commit(transaction)
         else:
             assert transaction.conflict and transaction.state is TxnState.ROLLED_BACK
             after = snapshot(self.manager)
@@ -377,6 +504,186 @@ class StoreMachine(RuleBasedStateMachine):
             after = snapshot(self.manager)
             assert after == before and after.same_objects(before)
 
+    # -- the driven transaction (T7) ---------------------------------------------------------
+
+    def apply_model(self, model: ModelTxn) -> bool:
+        """The model's APPLY: check the version, then the staged decisions are the store's."""
+        if model.version != self.model.version:
+            model.conflict = True
+            model.discard()
+            return False
+        if model.changes:
+            self.decisions = model.staged.decisions
+            self.model.note_commit()
+        return True
+
+    def expect(self, event: TxnEvent, candidate: Candidate, act: Any) -> None:
+        """``act()`` fires ``event`` on the driven machine: the model's entry says what must
+        happen (an illegal event raises, naming itself and the state, and changes nothing)."""
+        assert self.driven is not None
+        model, machine = self.driven.model, self.driven.machine
+        entry = MODEL_TABLE[model.state].get(event)
+        if entry is None:
+            state, staged = machine.state, machine.staged
+            try:
+                act()
+            except TransactionStateError as error:
+                assert (error.event, error.state) == (event.value, model.state.name)
+            else:
+                raise AssertionError(f"{event} was accepted in {model.state}")
+            assert machine.state is state and machine.staged is staged, (
+                f"an illegal event changed the transaction: {event} in {state}"
+            )
+            return
+        target, effects = entry
+        for effect in effects:
+            if effect == STAGE:
+                model.staged = candidate
+            elif effect == DISCARD:
+                model.staged = model.base
+            elif effect == CHECK and model.replaced:
+                model.discard()
+                try:
+                    act()
+                except TransactionConflictError:
+                    return
+                raise AssertionError(f"{event} after the history was replaced did not stop")
+            elif effect == APPLY and not self.apply_model(model):
+                try:
+                    act()
+                except TransactionConflictError:
+                    return
+                raise AssertionError("the commit step on a moved store did not conflict")
+        act()
+        model.state = target
+
+    @precondition(lambda self: self.driven is None or self.driven.model.state in TERMINAL)
+    @rule()
+    def begin(self) -> None:
+        """Plan a request on the store as it is now; its candidates are real reductions."""
+        seam = self.portal.call(self.manager.open_negotiation, None, [])
+        reduced = [c for rung in seam.rungs if (c := seam.step(rung)) is not None]
+        finalised = [seam.finalised(c, outcome="target_reached") for c in reduced[-2:]]
+        machine = _Machine(seam)
+        model = ModelTxn(S.STAGED, seam.base, seam.base, self.model.version)
+        candidates = [seam.base, *reduced, *finalised]
+        self.driven = Driven(machine, RequestTransaction(machine), model, candidates)
+
+    @precondition(lambda self: self.driven is not None)
+    @rule(method=st.sampled_from(sorted(API)), index=st.integers(0, 15))
+    def drive(self, method: str, index: int) -> None:
+        """One call of the driver's API, legal or not."""
+        assert self.driven is not None
+        candidate = self.driven.candidates[index % len(self.driven.candidates)]
+        call = getattr(self.driven.machine, method)
+        if method in TAKES_CANDIDATE:
+            self.expect(API[method], candidate, functools.partial(call, candidate))
+        else:
+            self.expect(API[method], candidate, call)
+
+    @precondition(lambda self: self.driven is not None)
+    @rule(walk=st.integers(0, 4), data=st.data())
+    def fire_events(self, walk: int, data: st.DataObject) -> None:
+        """Walk up to ``walk`` legal non-terminal events (so programs reach every state), then
+        fire any event, legal or not, through the transition function."""
+        assert self.driven is not None
+        driven = self.driven
+
+        def fire(event: TxnEvent) -> None:
+            candidate = data.draw(st.sampled_from(driven.candidates), label="candidate")
+            self.expect(event, candidate, lambda: driven.machine._fire(event, candidate))
+
+        for _ in range(walk):
+            table = MODEL_TABLE[driven.model.state]
+            legal = sorted((e for e in table if table[e][0] not in TERMINAL), key=lambda e: e.value)
+            if not legal:
+                break
+            fire(data.draw(st.sampled_from(legal), label="legal event"))
+        fire(data.draw(st.sampled_from(list(TxnEvent)), label="any event"))
+
+    @precondition(lambda self: self.driven is not None and self.driven.model.state not in TERMINAL)
+    @rule(goal=st.sampled_from([*sorted(LIVE, key=lambda s: s.value), S.READY]), data=st.data())
+    def reach(self, goal: TxnState, data: st.DataObject) -> None:
+        """Drive the machine along the model's shortest non-terminal path to ``goal`` (if
+        there is one) through the driver's API, so every state's events get fired."""
+        assert self.driven is not None
+        driven = self.driven
+        paths: dict[TxnState, list[TxnEvent]] = {driven.model.state: []}
+        todo = [driven.model.state]
+        while todo:
+            state = todo.pop(0)
+            for event, (following, _) in sorted(
+                MODEL_TABLE[state].items(), key=lambda item: item[0].value
+            ):
+                if following not in TERMINAL and following not in paths:
+                    paths[following] = [*paths[state], event]
+                    todo.append(following)
+        methods = {event: method for method, event in API.items()}
+        for event in paths.get(goal, []):
+            if driven.model.state in TERMINAL:
+                break  # a check stopped the request on the way
+            candidate = data.draw(st.sampled_from(driven.candidates), label="candidate")
+            call = getattr(driven.machine, methods[event])
+            if methods[event] in TAKES_CANDIDATE:
+                self.expect(event, candidate, functools.partial(call, candidate))
+            else:
+                self.expect(event, candidate, call)
+
+    @precondition(lambda self: self.driven is not None)
+    @rule()
+    def commit_step(self) -> None:
+        """The synchronous commit step: COMMIT through ``_fire``."""
+        assert self.driven is not None
+        machine = self.driven.machine
+        self.expect(E.COMMIT, self.driven.candidates[0], lambda: machine._fire(E.COMMIT))
+
+    @precondition(lambda self: self.driven is not None)
+    @rule(via=st.sampled_from(["machine", "handle"]))
+    def rollback_driven(self, via: str) -> None:
+        assert self.driven is not None
+        driven = self.driven
+        rollback = driven.machine.rollback if via == "machine" else driven.handle.rollback
+        self.expect(E.ROLLBACK, driven.candidates[0], rollback)
+
+    @precondition(lambda self: self.driven is not None)
+    @rule(
+        kind=st.sampled_from(["none", "not_cancelled", "cancelled", "raises"]),
+        via=st.sampled_from(["machine", "handle"]),
+    )
+    def commit_driven(self, kind: str, via: str) -> None:
+        """``commit`` (the async one, through the portal) in any state."""
+        assert self.driven is not None
+        driven, model = self.driven, self.driven.model
+        if via == "machine":
+            call = functools.partial(driven.machine.commit, predicate(kind))
+        else:
+            call = functools.partial(driven.handle.commit, is_cancelled=predicate(kind))
+        if model.state in LIVE:
+            try:
+                self.portal.call(call)
+            except TransactionStateError as error:
+                assert (error.event, error.state) == (E.COMMIT.value, model.state.name)
+                return
+            raise AssertionError(f"commit was accepted in {model.state}")
+        if model.state in TERMINAL:
+            assert self.portal.call(call) is (model.state is S.COMMITTED)
+            return
+        if kind == "raises":
+            try:
+                self.portal.call(call)
+            except PredicateError:
+                return  # still READY, nothing applied
+            raise AssertionError("a raising predicate was swallowed")
+        committed = self.portal.call(call)
+        if kind == "cancelled":
+            model.discard()
+            expected = False
+        else:
+            expected = self.apply_model(model)
+            if expected:
+                model.state = S.COMMITTED
+        assert committed is expected
+
     # -- invariants ------------------------------------------------------------------------
 
     @invariant()
@@ -384,9 +691,28 @@ class StoreMachine(RuleBasedStateMachine):
         self.model.check(self.manager)
 
     @invariant()
-    def no_transaction_is_left_live(self) -> None:
+    def the_committed_decisions_are_the_models(self) -> None:
+        assert self.manager._decisions is self.decisions
+
+    @invariant()
+    def no_transaction_but_the_driven_one_is_left_live(self) -> None:
+        driven = self.driven.machine if self.driven is not None else None
         for machine in self.ledger.created:
+            if machine is driven:
+                continue
             assert machine.state in TERMINAL or machine.state is TxnState.READY, describe(machine)
+
+    @invariant()
+    def the_driven_transaction_agrees_with_the_model(self) -> None:
+        if self.driven is None:
+            return
+        machine, handle, model = self.driven.machine, self.driven.handle, self.driven.model
+        assert machine.state is model.state
+        assert machine.staged is model.staged
+        assert machine.conflict is model.conflict
+        assert machine.has_changes is model.changes
+        assert handle.state is model.state and handle.conflict is model.conflict
+        assert handle.has_changes is model.changes and handle.stats is model.staged.stats
 
     @invariant()
     def leaked_transactions_change_nothing(self) -> None:
