@@ -147,6 +147,11 @@ class ObservableState:
         refused) must leave behind."""
         return self == other and self.same_objects(other)
 
-    def differences(self, other: ObservableState) -> list[str]:
-        """Names of the fields that differ (identity fields included)."""
-        return [f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]
+    def differences(self, other: ObservableState, *, objects: bool = True) -> list[str]:
+        """Names of the fields that differ; ``objects``: the identity fields too (compare
+        two states of one store; across two stores only values can agree)."""
+        return [
+            f.name
+            for f in fields(self)
+            if (objects or f.compare) and getattr(self, f.name) != getattr(other, f.name)
+        ]

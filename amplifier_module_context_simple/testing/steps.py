@@ -133,7 +133,7 @@ async def step_sweep(
                     trial,
                     "the uncancelled run differs from the reference",
                     code="unfaulted-differs",
-                    fields=trial.state.differences(after),
+                    fields=trial.state.differences(after, objects=False),
                 )
             report.points = k - 1
             break

@@ -239,7 +239,7 @@ def _judge(
     assert state is not None
     if trial.returned:
         if state != after:
-            fields = state.differences(after)
+            fields = state.differences(after, objects=False)
             raise SweepFailure(
                 name,
                 trial,
@@ -258,7 +258,7 @@ def _judge(
     if any(event in boundary for event in trial.interrupted):
         expected = after_interruption(after, trial)
         if state != expected:
-            fields = state.differences(expected)
+            fields = state.differences(expected, objects=False)
             raise SweepFailure(
                 name,
                 trial,
@@ -273,7 +273,7 @@ def _judge(
         stage = reached[-1]
         at_stage = reference.prepared.stages.get(stage)
         if at_stage is None or state != at_stage:
-            fields = state.differences(at_stage) if at_stage is not None else []
+            fields = state.differences(at_stage, objects=False) if at_stage is not None else []
             raise SweepFailure(
                 name,
                 trial,
@@ -352,7 +352,7 @@ async def _retry(
         )
     state = snapshot(prepared.manager)
     if state != after:
-        fields = state.differences(after)
+        fields = state.differences(after, objects=False)
         raise SweepFailure(
             name,
             trial,
@@ -441,7 +441,7 @@ async def sweep(
                     trial,
                     "the unfaulted run differs from the reference",
                     code="unfaulted-differs",
-                    fields=trial.state.differences(after),
+                    fields=trial.state.differences(after, objects=False),
                 )
             if check is not None:
                 await check(trial)

@@ -10,7 +10,12 @@ from typing import Any
 import anyio
 from hypothesis import strategies as st
 
-from amplifier_module_context_simple import ContextLengthError, SimpleContextManager
+from amplifier_module_context_simple import (
+    ContextLengthError,
+    RequiredContentTooLargeError,
+    RetainedContentMissingError,
+    SimpleContextManager,
+)
 from amplifier_module_context_simple.context.estimate import estimate_message
 from amplifier_module_context_simple.errors import CountContractError
 from amplifier_module_context_simple.negotiator.transaction import RequestTransaction, TxnState
@@ -41,6 +46,23 @@ configs = st.fixed_dictionaries(
 fractions = st.lists(
     st.one_of(st.sampled_from([0.02, 0.1, 0.3]), st.floats(0.4, 1.3)), min_size=1, max_size=3
 )
+
+
+def admitted_envelope(body: str, history: list[Any]) -> bool:
+    """``body`` is the content of an admitted persisted reminder envelope (a user message
+    with ``ephemeral`` and ``persisted`` true, not a history-only reference row)."""
+    for message in history:
+        metadata = message.get("metadata") if isinstance(message, dict) else None
+        if (
+            isinstance(metadata, dict)
+            and message.get("role") == "user"
+            and message.get("content") == body
+            and metadata.get("ephemeral") is True
+            and metadata.get("persisted") is True
+            and metadata.get("amplifier_public_reference_only") is not True
+        ):
+            return True
+    return False
 
 
 def total_tokens(messages: list[Any]) -> int:
@@ -128,15 +150,22 @@ async def requests(
                 kept = await manager.get_messages_for_request_retaining(
                     retain_contents=retain, token_budget=budget, hard_fit=hard_fit
                 )
-            except ContextLengthError:
-                after = snapshot(manager)
-                assert after == before and after.same_objects(before), "fail-closed left a trace"
-                views.append("ContextLengthError")
-                EXAMPLES["retaining requests that failed closed"] += 1
+            except RetainedContentMissingError:
+                # fails closed exactly when a body is no admitted envelope's content
+                assert snapshot(manager).identical(before), "fail-closed left a trace"
+                assert not all(admitted_envelope(body, history) for body in retain)
+                views.append("RetainedContentMissingError")
+                EXAMPLES["retaining requests that failed closed (body missing)"] += 1
                 continue
-            check(history, kept, factory_text=factory_text, retained=retain)
-            if hard_fit:
-                assert total_tokens(kept) <= budget, "hard fit exceeded its budget"
+            except RequiredContentTooLargeError as error:
+                # fails closed exactly when what it must keep exceeds the budget
+                assert snapshot(manager).identical(before), "fail-closed left a trace"
+                assert error.budget == budget and error.required > budget, error
+                views.append("RequiredContentTooLargeError")
+                EXAMPLES["retaining requests that failed closed (required > budget)"] += 1
+                continue
+            assert all(admitted_envelope(body, history) for body in retain)
+            check(history, kept, factory_text=factory_text, retained=retain, budget=budget)
             views.append(freeze(kept))
     return views
 
@@ -253,10 +282,7 @@ async def corrupted_scenario(
     bodies = [
         b for b in retain if any(isinstance(m, dict) and m.get("content") == b for m in accepted)
     ]
-    try:
-        await requests(manager, accepted, [budget], factory_text=None, retain=bodies, hard_fit=True)
-    except ContextLengthError:
-        pass  # a retained body that is not an admitted envelope fails closed
+    await requests(manager, accepted, [budget], factory_text=None, retain=bodies, hard_fit=True)
     await measured(accepted, config, budget)
 
 

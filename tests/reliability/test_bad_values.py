@@ -28,6 +28,7 @@ from amplifier_module_context_simple import (
 )
 from amplifier_module_context_simple.negotiator.transaction import TxnState
 from amplifier_module_context_simple.testing import (
+    RecordingHooks,
     check_view_invariants,
     mutate_view,
     snapshot,
@@ -375,16 +376,41 @@ class JunkInfoProvider:
     get_info = 5
 
 
+FALLBACK_BUDGET = {
+    "source": "max_tokens_fallback",
+    "derived_budget": 2400,
+    "max_tokens": None,
+    "max_tokens_fallback": 2400,
+    "capped": False,
+    "effective_budget": 2400,
+}
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("provider", [BrokenProvider(), JunkInfoProvider(), object(), 5])
 async def test_a_broken_provider_falls_back_to_the_configured_budget(
     provider: Any, anyio_backend: str
 ) -> None:
-    manager = SimpleContextManager(max_tokens_fallback=2400, protected_tool_results=1)
+    """A provider whose window cannot be read (its methods raise, return junk, are missing,
+    or it is not a provider at all) is ignored: the budget is ``max_tokens_fallback``
+    (2400), reported once on ``context:budget`` with that source; the views fit it, meet
+    the invariants and equal the views of the same store asked without a provider."""
+    hooks = RecordingHooks()
+    manager = SimpleContextManager(max_tokens_fallback=2400, protected_tool_results=1, hooks=hooks)
+    twin = SimpleContextManager(max_tokens_fallback=2400, protected_tool_results=1)
     await manager.set_messages(HISTORY)
+    await twin.set_messages(HISTORY)
     view = await manager.get_messages_for_request(provider=provider)
-    check_view_invariants(HISTORY, view)
+    assert hooks.named("context:budget") == [FALLBACK_BUDGET]
+    meter = manager.last_token_meter_stats
+    assert meter is not None and meter["budget"] == 2400 - 2400 // 4  # less the notice reserve
+    check_view_invariants(HISTORY, view, budget=2400)
+    assert view == await twin.get_messages_for_request()
     kept = await manager.get_messages_for_request_retaining(
         retain_contents=[REMINDER], provider=provider, hard_fit=True
     )
-    check_view_invariants(HISTORY, kept, retained=[REMINDER])
+    check_view_invariants(HISTORY, kept, retained=[REMINDER], budget=2400)
+    assert kept == await twin.get_messages_for_request_retaining(
+        retain_contents=[REMINDER], hard_fit=True
+    )
+    assert hooks.named("context:budget") == [FALLBACK_BUDGET]  # unchanged: not delivered again

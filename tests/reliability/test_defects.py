@@ -12,23 +12,29 @@ from typing import Any
 import anyio
 import pytest
 
-from amplifier_module_context_simple import (
-    ContextLengthError,
-    InvalidMessageError,
-    SimpleContextManager,
-)
+from amplifier_module_context_simple import InvalidMessageError, SimpleContextManager
+from amplifier_module_context_simple.errors import TransactionConflictError
+from amplifier_module_context_simple.negotiator.transaction import TxnState
 from amplifier_module_context_simple.testing import (
     FaultPlan,
     FaultyHooks,
+    Snapshot,
     check_view_invariants,
     snapshot,
 )
-from tests.reliability.harness import openai_call
+from tests.negotiator.orchestrator import counted, counting, proportional
+from tests.reliability.harness import (
+    LIMIT,
+    mixed_history,
+    openai_call,
+    openai_round,
+    small_history,
+    track_transactions,
+)
 
 RESULTS_WITHOUT_ID = [
     pytest.param({"role": "tool", "content": "no id"}, id="tool-no-id"),
     pytest.param({"role": "tool", "tool_call_id": "", "content": "empty id"}, id="tool-empty-id"),
-    pytest.param({"role": "tool", "tool_call_id": 7, "content": "int id"}, id="tool-int-id"),
     pytest.param(
         {"role": "user", "content": [{"type": "tool_result", "content": "no id"}]},
         id="block-no-id",
@@ -36,21 +42,43 @@ RESULTS_WITHOUT_ID = [
 ]
 
 
-# Found by this suite and fixed (a non-string tool_call_id is rejected at admission; a
-# result naming no call never reaches a view); kept as a regression test.
+# Found by this suite and fixed (a result naming no call never reaches a view); kept as a
+# regression test.
 @pytest.mark.anyio
 @pytest.mark.parametrize("result", RESULTS_WITHOUT_ID)
 async def test_a_result_without_a_call_id_never_reaches_a_view(
     result: dict[str, Any], anyio_backend: str
 ) -> None:
+    """A result whose id is missing or empty is well-formed (admitted and kept in the
+    history) but answers no call: no view shows it."""
     history = [{"role": "user", "content": "hi"}, result, {"role": "user", "content": "next"}]
     manager = SimpleContextManager()
-    try:
-        await manager.set_messages(history)
-    except InvalidMessageError:
-        return  # rejecting it at admission is a fix too
+    await manager.set_messages(history)
+    assert len(await manager.get_messages()) == 3
     view = await manager.get_messages_for_request()
+    assert view == [history[0], history[2]]
     check_view_invariants(history, view)
+
+
+# Found by this suite and fixed (a non-string tool_call_id is rejected at admission); kept as
+# a regression test.
+@pytest.mark.anyio
+@pytest.mark.parametrize("operation", ["add_message", "set_messages"])
+async def test_a_result_with_a_non_string_call_id_is_rejected(
+    operation: str, anyio_backend: str
+) -> None:
+    """CONTRACT 3.2: a bad message shape raises a ``ValueError`` naming the problem and the
+    history stays as it was."""
+    manager = SimpleContextManager()
+    await manager.set_messages([{"role": "user", "content": "hi"}])
+    before = snapshot(manager)
+    result = {"role": "tool", "tool_call_id": 7, "content": "int id"}
+    with pytest.raises(InvalidMessageError, match="'tool_call_id' must be a string, got int"):
+        if operation == "add_message":
+            await manager.add_message(result)
+        else:
+            await manager.set_messages([{"role": "user", "content": "hi"}, result])
+    assert snapshot(manager).identical(before)
 
 
 # Found by this suite and fixed (History links only messages a view can show); kept as a
@@ -121,8 +149,6 @@ class PayloadMutatingHooks:
 async def test_a_hook_editing_its_payload_changes_nothing_stored(
     path: str, anyio_backend: str
 ) -> None:
-    from tests.negotiator.orchestrator import counting, proportional
-    from tests.reliability.harness import LIMIT, mixed_history
 
     manager = SimpleContextManager(token_meter="actual", max_tokens=3000, protected_tool_results=1)
     await manager.set_messages(mixed_history(1200))
@@ -143,42 +169,41 @@ async def test_a_hook_editing_its_payload_changes_nothing_stored(
 @pytest.mark.anyio
 @pytest.mark.parametrize("move", ["clear", "shorter"])
 async def test_a_reset_during_a_count_fails_typed(move: str, anyio_backend: str) -> None:
-    from amplifier_module_context_simple.errors import TransactionConflictError
-    from amplifier_module_context_simple.negotiator.transaction import TxnState
-    from tests.negotiator.orchestrator import counted, proportional
-    from tests.reliability.harness import LIMIT, mixed_history, small_history, track_transactions
-
+    """The history replaced (``clear``, or ``set_messages`` with an unrelated list) while a
+    negotiated request is being counted: the request raises ``TransactionConflictError``
+    (CONTRACT 8.2, README "Errors"), its one transaction is rolled back, and nothing of it
+    reaches the store."""
     manager = SimpleContextManager(token_meter="actual", max_tokens=3000, protected_tool_results=1)
     await manager.set_messages(mixed_history(1200))
     calls = 0
+    reset: Snapshot | None = None
 
     async def count_view(view: list[dict[str, Any]]) -> Any:
-        nonlocal calls
+        nonlocal calls, reset
         calls += 1
         if calls == 1:  # another task resets the store while this count is in flight
             if move == "clear":
                 await manager.clear()
             else:
                 await manager.set_messages(small_history())
+            reset = snapshot(manager)
         return counted(proportional(0.3, limit=LIMIT), view)
 
-    with track_transactions() as ledger:
-        try:
-            result = await manager.get_measured_request_view(
-                provider=None, retain_contents=[], count_view=count_view
-            )
-        except (TransactionConflictError, ContextLengthError):
-            assert all(t.state is TxnState.ROLLED_BACK for t in ledger.created)
-            return
-    transaction = result["transaction"]
-    assert transaction is None or await transaction.commit() is False
+    with (
+        track_transactions() as ledger,
+        pytest.raises(TransactionConflictError, match=r"replaced .* while this request"),
+    ):
+        await manager.get_measured_request_view(
+            provider=None, retain_contents=[], count_view=count_view
+        )
+    assert calls == 1
+    assert [machine.state for machine in ledger.created] == [TxnState.ROLLED_BACK]
+    assert reset is not None and snapshot(manager).identical(reset)
 
 
 # Found by this suite and fixed; kept as a regression test.
 @pytest.mark.anyio
 async def test_a_result_admitted_during_a_count_never_loses_its_call(anyio_backend: str) -> None:
-    from tests.negotiator.orchestrator import counted, proportional
-    from tests.reliability.harness import LIMIT, mixed_history, openai_round
 
     call, result = openai_round(["late"], 900)
     base = mixed_history(1200)
@@ -202,11 +227,14 @@ async def test_a_result_admitted_during_a_count_never_loses_its_call(anyio_backe
     check_view_invariants(history, await manager.get_messages_for_request(token_budget=3000))
 
 
-# Found by this suite and fixed; kept as a regression test.
+# Found by this suite and fixed (admission rejects it); kept as a regression test.
 @pytest.mark.anyio
-async def test_a_system_message_with_tool_results_never_precedes_the_call(
+async def test_a_system_message_carrying_tool_results_is_rejected(
     anyio_backend: str,
 ) -> None:
+    """A system message carrying ``tool_result`` blocks would be hoisted before the call it
+    answers: admission refuses it with a typed error naming the problem, and the history
+    stays as it was."""
     history = [
         {"role": "user", "content": "question"},
         {
@@ -220,8 +248,13 @@ async def test_a_system_message_with_tool_results_never_precedes_the_call(
         {"role": "user", "content": "next"},
     ]
     manager = SimpleContextManager()
-    try:
+    await manager.set_messages(history[:2])
+    before = snapshot(manager)
+    with pytest.raises(
+        InvalidMessageError, match="a system message cannot carry tool_use/tool_result blocks"
+    ):
         await manager.set_messages(history)
-    except InvalidMessageError:
-        return  # rejecting it at admission is a fix too
-    check_view_invariants(history, await manager.get_messages_for_request())
+    assert snapshot(manager).identical(before)
+    with pytest.raises(InvalidMessageError, match="a system message cannot carry"):
+        await manager.add_message(history[2])
+    assert snapshot(manager).identical(before)

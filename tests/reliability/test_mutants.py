@@ -22,12 +22,23 @@ T9 properties               the view builder leaks ``_seq``                  inv
 T10 properties              admission validation removed                     error typing
 T12 concurrency             commit ignores the store version                 first wins
 T13 checkpoints             entries only check for cancellation (no yield)   assert_checkpoints
+T1 sweep (snapshot)         the budget mark set before its delivery          snapshot: budget_mark
+T1 sweep (retry)            the same, with the mark hidden from the snapshot retry events
+T1 sweep (snapshot)         meter stats published before the last delivery   snapshot: meter
+T1 sweep (snapshot)         the floor mark recorded after delivery           snapshot: floor
+T1 sweep (snapshot)         the learned limit recorded after delivery        snapshot: learned_limit
+T1 sweep (snapshot)         sticky decisions committed after delivery        snapshot: decisions
 ==========================  ===============================================  ===============
+
+Each mutant test names what catches it: the exception type and, for a view invariant, its
+item and code; for a sweep, ``SweepFailure.code`` and the snapshot ``fields`` that differ.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -43,6 +54,7 @@ import amplifier_module_context_simple.negotiator.driver as driver_module
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.decisions import Decisions
 from amplifier_module_context_simple.context.ladder import Ladder
+from amplifier_module_context_simple.context.negotiable import Negotiable
 from amplifier_module_context_simple.context.render import Rendered
 from amplifier_module_context_simple.context.store import ContextStore
 from amplifier_module_context_simple.errors import (
@@ -57,17 +69,20 @@ from amplifier_module_context_simple.negotiator.transaction import (
     _Machine,
 )
 from amplifier_module_context_simple.testing import (
+    BUDGET_EVENT,
     CANCEL,
+    COMPACTION_EVENT,
     ERROR,
     NATIVE,
     FaultPlan,
     Prepared,
+    Snapshot,
     SweepFailure,
     ViewInvariantError,
     step_sweep,
 )
 from tests.negotiator.orchestrator import counted
-from tests.reliability.harness import EXAMPLES, LIMIT, build, checker, track_transactions
+from tests.reliability.harness import EXAMPLES, LIMIT, Operation, build, checker, track_transactions
 from tests.reliability.machine import StoreMachine
 from tests.reliability.operations import OPERATION, boundary, run_sweep
 from tests.reliability.scenarios import (
@@ -263,6 +278,153 @@ async def test_only_the_step_sweep_catches_an_await_outside_the_seams(
             )
 
 
+# -- the snapshot covers every mark that changes a later request ----------------------------------
+#
+# ``testing.snapshot`` is the store's ``observable_state()``. Each mutant below re-plants a
+# trace that an older, narrower snapshot could not see (the first is the real defect the
+# budget-emission mark hid: "raised -> before" while the mark had moved); the shipped sweep
+# must name the check that fails and exactly the snapshot fields that differ.
+
+HARD_FIT = OPERATION["hard-fit"]
+FLOOR = OPERATION["ordinary/floor"]
+
+
+async def emit_budget_marking_first(self: ContextStore, provenance: dict[str, Any]) -> None:
+    if provenance == self._last_emitted_budget:
+        return
+    self._last_emitted_budget = provenance  # MUTANT: marked before the delivery
+    await self._emit(BUDGET_EVENT, dict(provenance))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("op", "code"),
+    [(MEASURED, "raised-not-before"), (ORDINARY, "boundary-not-after")],
+    ids=["measured", "ordinary"],
+)
+async def test_the_sweep_catches_a_budget_mark_set_before_delivery(
+    op: Operation, code: str, monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    """A request cancelled while ``context:budget`` is delivered must leave the mark as it
+    was (the next request delivers the budget again)."""
+    await run_sweep(op, None, CANCEL, False)  # the real store passes
+    monkeypatch.setattr(ContextStore, "_emit_budget", emit_budget_marking_first)
+    with pytest.raises(SweepFailure) as caught:
+        await run_sweep(op, None, CANCEL, False)
+    assert (caught.value.code, caught.value.fields) == (code, ("budget_mark",))
+
+
+@pytest.mark.anyio
+async def test_the_retry_check_catches_a_budget_leak_the_snapshot_cannot_see(
+    monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    """The same leak, hidden from the snapshot: the run that raised looks untouched, but
+    the clean retry emits no ``context:budget`` where the reference run did."""
+    original = ContextStore.observable_state
+
+    def without_the_mark(self: ContextStore) -> Snapshot:
+        return dataclasses.replace(original(self), budget_mark=None)
+
+    monkeypatch.setattr(ContextStore, "observable_state", without_the_mark)
+    await run_sweep(MEASURED, None, CANCEL, False)  # the real store passes
+    monkeypatch.setattr(ContextStore, "_emit_budget", emit_budget_marking_first)
+    with pytest.raises(SweepFailure, match=r"\[\] != \['context:budget'\]") as caught:
+        await run_sweep(MEASURED, None, CANCEL, False)
+    assert caught.value.code == "retry-events"
+
+
+@pytest.mark.anyio
+async def test_the_sweep_catches_meter_stats_published_before_delivery(
+    monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    """A negotiated request cancelled in its last delivery keeps the meter stats of the
+    last request that returned."""
+
+    async def close_publishing_first(self: Negotiable, final: Any, measured: Any) -> None:
+        store, plan = self._store, self._plan
+        store._publish_meter(final.estimate, plan.effective, synthesized=final.synthesized)
+        await store._emit_budget(plan.provenance)  # MUTANT: published before the delivery
+        store._learned = plan.limit
+
+    monkeypatch.setattr(Negotiable, "close", close_publishing_first)
+    with pytest.raises(SweepFailure) as caught:
+        await run_sweep(MEASURED, None, CANCEL, False)
+    assert (caught.value.code, caught.value.fields) == ("raised-not-before", ("meter", "meter_ref"))
+
+
+def emit_without(field: str) -> Callable[..., Any]:
+    """A store ``_emit`` that withholds the store's ``field`` while ``context:compaction`` is
+    delivered and records it once the delivery completed (MUTANT: a mark made after the
+    commit boundary, so a cancellation in the delivery loses it)."""
+    original = ContextStore._emit
+
+    async def emit(self: ContextStore, event: str, data: dict[str, Any]) -> bool:
+        if event != COMPACTION_EVENT:
+            return await original(self, event, data)
+        owner = self._compactor if field == "floor" else self
+        kept = getattr(owner, field)
+        setattr(owner, field, None)
+        delivered = await original(self, event, data)
+        setattr(owner, field, kept)
+        return delivered
+
+    return emit
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("op", "field", "fields"),
+    [(FLOOR, "floor", ("floor",)), (HARD_FIT, "_learned", ("learned_limit",))],
+    ids=["floor-mark", "learned-limit"],
+)
+async def test_the_sweep_catches_a_mark_recorded_after_delivery(
+    op: Operation,
+    field: str,
+    fields: tuple[str, ...],
+    monkeypatch: pytest.MonkeyPatch,
+    anyio_backend: str,
+) -> None:
+    """Once ``context:compaction`` delivery starts the request stands whole: its floor mark
+    (no storm next time) and the provider limit it learned are part of the commit."""
+    await run_sweep(op, None, CANCEL, False)  # the real store passes
+    monkeypatch.setattr(ContextStore, "_emit", emit_without(field))
+    with pytest.raises(SweepFailure) as caught:
+        await run_sweep(op, None, CANCEL, False)
+    assert (caught.value.code, caught.value.fields) == ("boundary-not-after", fields)
+
+
+@pytest.mark.anyio
+async def test_the_sweep_catches_sticky_decisions_committed_after_delivery(
+    monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    """The ordinary path commits its sticky decisions before delivering
+    ``context:compaction``; committing them only once the delivery completed loses them
+    when the caller is cancelled during delivery."""
+    plan_request = ContextStore._plan_request
+    emit = ContextStore._emit
+
+    async def planning(self: ContextStore, **kwargs: Any) -> Any:
+        plan = await plan_request(self, **kwargs)
+        self.__dict__["mutant_committed"] = (self._decisions, self._commit_version)
+        return plan
+
+    async def emit_committing_late(self: ContextStore, event: str, data: dict[str, Any]) -> bool:
+        if event != COMPACTION_EVENT:
+            return await emit(self, event, data)
+        committed = (self._decisions, self._commit_version)
+        self._decisions, self._commit_version = self.__dict__["mutant_committed"]
+        delivered = await emit(self, event, data)  # MUTANT: committed once delivered
+        self._decisions, self._commit_version = committed
+        return delivered
+
+    monkeypatch.setattr(ContextStore, "_plan_request", planning)
+    monkeypatch.setattr(ContextStore, "_emit", emit_committing_late)
+    with pytest.raises(SweepFailure) as caught:
+        await run_sweep(ORDINARY, None, CANCEL, False)
+    assert caught.value.code == "boundary-not-after"
+    assert caught.value.fields == ("version", "removed", "level", "overrides", "stats")
+
+
 # -- T3 and T6 ------------------------------------------------------------------------------------
 
 
@@ -410,9 +572,9 @@ def test_the_corruption_properties_catch_missing_validation(
         await corrupted_scenario(data, via_add, config, fraction, [])
 
     failure = finds_failure(examples, body)
-    # an undocumented error type, or junk the unvalidated store let into a view
-    caught = AttributeError | KeyError | IndexError | TypeError | ViewInvariantError
-    assert isinstance(failure, caught), failure
+    # the unvalidated store lets junk (a message whose role is a list) into a view
+    assert isinstance(failure, ViewInvariantError), failure
+    assert (failure.item, failure.code) == (4, "invented"), failure
 
 
 # -- T12 ------------------------------------------------------------------------------------------
