@@ -11,7 +11,7 @@ what a test needs to read a view.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from ..context.estimate import estimate_message
 
@@ -45,6 +45,8 @@ NOTICE_PREFIX: Final = f'<system-reminder source="{_NOTICE_SOURCE}">'
 LOADED_TOOL_STATE: Final = "openai:tool_search_items"
 """Metadata key of a message carrying loaded-tool state: shown verbatim in every view."""
 _TEXT_TYPES: Final = frozenset({"text", "input_text", "output_text"})
+
+M = TypeVar("M", bound=Mapping[str, Any])
 
 
 def _get(obj: object, key: str) -> Any:
@@ -169,7 +171,7 @@ def is_notice(message: Mapping[str, Any]) -> bool:
     )
 
 
-def strip_notice(view: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def strip_notice(view: Sequence[M]) -> list[M]:
     """``view`` without its trailing compaction notice."""
     return list(view[:-1]) if view and is_notice(view[-1]) else list(view)
 

@@ -16,6 +16,7 @@ import pytest
 from amplifier_module_context_simple import InvalidMessageError, SimpleContextManager
 from amplifier_module_context_simple.context import history as history_module
 from amplifier_module_context_simple.context import store as manager_module
+from amplifier_module_context_simple.testing import RecordingHooks, snapshot
 from tests.support import replaced
 
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00$")
@@ -265,20 +266,15 @@ async def test_add_message_rejects_bad_shapes(case: tuple[object, str]) -> None:
     """A malformed message raises InvalidMessageError (a ValueError) naming the problem;
     nothing is admitted and no sequence id is consumed."""
     bad, word = case
-    events: list[str] = []
-
-    class Hooks:
-        async def emit(self, event: str, data: dict[str, Any]) -> None:
-            events.append(event)
-
-    cm = SimpleContextManager(hooks=Hooks())
+    hooks = RecordingHooks()
+    cm = SimpleContextManager(hooks=hooks)
     await cm.add_message({"role": "user", "content": "kept"})
-    before = await cm.get_messages()
+    before = snapshot(cm)
     with pytest.raises(InvalidMessageError, match=word) as error:
         await cm.add_message(bad)  # type: ignore[arg-type]
     assert isinstance(error.value, ValueError)
-    assert await cm.get_messages() == before
-    assert events == []
+    assert snapshot(cm).identical(before)
+    assert hooks.started == []
     await cm.add_message({"role": "user", "content": "next"})
     assert seqs(await cm.get_messages()) == [0, 1]
 
@@ -287,35 +283,26 @@ async def test_add_message_rejects_bad_shapes(case: tuple[object, str]) -> None:
 async def test_set_messages_rejects_a_bad_message_by_index() -> None:
     """One bad message in a batch names its index; the previous history stays intact."""
     cm = await compacted()
-    before = await cm.get_messages()
-    stats = cm._last_compaction_stats
-    decisions = (cm._removed_seqs, cm._truncated_seqs, cm._stubbed_seqs, cm._sticky_level)
+    before = snapshot(cm)
     batch = [{"role": "user", "content": "ok"}, {"role": "user", "content": 7}]
     with pytest.raises(InvalidMessageError) as error:
         await cm.set_messages(batch)
     assert error.value.index == 1
     assert "message 1" in str(error.value)
     assert "content" in str(error.value)
-    assert await cm.get_messages() == before
-    assert cm._last_compaction_stats is stats
-    assert (cm._removed_seqs, cm._truncated_seqs, cm._stubbed_seqs, cm._sticky_level) == decisions
+    assert snapshot(cm).identical(before)
 
 
 @pytest.mark.anyio
 async def test_set_messages_bad_batch_emits_nothing() -> None:
     """A rejected batch clips nothing and emits no ingress event, even for good members."""
-    events: list[str] = []
-
-    class Hooks:
-        async def emit(self, event: str, data: dict[str, Any]) -> None:
-            events.append(event)
-
-    cm = SimpleContextManager(hooks=Hooks())
+    hooks = RecordingHooks()
+    cm = SimpleContextManager(hooks=hooks)
     huge = {"role": "tool", "tool_call_id": "t", "content": "x" * 200_000}
     with pytest.raises(InvalidMessageError) as error:
         await cm.set_messages([huge, {"role": "user", "content": "x"}, "not a message"])
     assert error.value.index == 2
-    assert events == []
+    assert hooks.started == []
     assert await cm.get_messages() == []
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from amplifier_module_context_simple import RequiredContentTooLargeError, SimpleContextManager
+from amplifier_module_context_simple.testing import RecordingHooks
 
 pytestmark = pytest.mark.anyio
 
@@ -36,19 +37,8 @@ class Provider:
         )
 
 
-class Hooks:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    async def emit(self, event: str, data: dict[str, Any]) -> None:
-        self.events.append((event, data))
-
-    def budgets(self) -> list[dict[str, Any]]:
-        return [data for name, data in self.events if name == "context:budget"]
-
-
-async def learned(**config: Any) -> tuple[SimpleContextManager, Hooks, Provider]:
-    hooks = Hooks()
+async def learned(**config: Any) -> tuple[SimpleContextManager, RecordingHooks, Provider]:
+    hooks = RecordingHooks()
     manager = SimpleContextManager(hooks=hooks, **config)
     await manager.set_messages([{"role": "user", "content": "hello"}])
     provider = Provider()
@@ -65,9 +55,9 @@ def derived(window: int = WINDOW) -> int:
 
 async def test_a_hard_fit_rebuild_caps_later_budgets_and_is_reported() -> None:
     manager, hooks, provider = await learned()
-    assert hooks.budgets()[0]["effective_budget"] == derived() > LIMIT
+    assert hooks.named("context:budget")[0]["effective_budget"] == derived() > LIMIT
     await manager.get_messages_for_request(provider=provider)
-    last = hooks.budgets()[-1]
+    last = hooks.named("context:budget")[-1]
     assert (last["source"], last["learned_limit"], last["effective_budget"]) == (
         "provider_limit",
         LIMIT,
@@ -82,10 +72,10 @@ async def test_a_hard_fit_rebuild_caps_later_budgets_and_is_reported() -> None:
 async def test_a_provider_reporting_another_window_forgets_the_limit() -> None:
     manager, hooks, _ = await learned()
     await manager.get_messages_for_request(provider=Provider(window=60_000))
-    assert hooks.budgets()[-1]["source"] == "provider_defaults"
-    assert hooks.budgets()[-1]["effective_budget"] == derived(60_000)
+    assert hooks.named("context:budget")[-1]["source"] == "provider_defaults"
+    assert hooks.named("context:budget")[-1]["effective_budget"] == derived(60_000)
     await manager.get_messages_for_request(provider=Provider())  # the old one again
-    assert hooks.budgets()[-1]["effective_budget"] == derived()
+    assert hooks.named("context:budget")[-1]["effective_budget"] == derived()
     assert manager.last_token_meter_stats is not None
     assert manager.last_token_meter_stats["provider_limit"] is None
 
@@ -98,21 +88,21 @@ async def test_clear_and_set_messages_forget_the_limit(reset: str) -> None:
     else:
         await manager.set_messages([{"role": "user", "content": "another session"}])
     await manager.get_messages_for_request(provider=provider)
-    assert hooks.budgets()[-1]["source"] == "provider_defaults"
-    assert hooks.budgets()[-1]["effective_budget"] == derived()
+    assert hooks.named("context:budget")[-1]["source"] == "provider_defaults"
+    assert hooks.named("context:budget")[-1]["effective_budget"] == derived()
 
 
 async def test_the_config_key_turns_it_off() -> None:
     manager, hooks, provider = await learned(learn_provider_limits=False)
     await manager.get_messages_for_request(provider=provider)
-    assert hooks.budgets()[-1]["source"] == "provider_defaults"
+    assert hooks.named("context:budget")[-1]["source"] == "provider_defaults"
     assert manager.last_token_meter_stats is not None
     assert manager.last_token_meter_stats["provider_limit"] is None
 
 
 async def test_a_limit_above_the_derived_budget_changes_nothing() -> None:
     """A learned limit only ever lowers a budget."""
-    hooks = Hooks()
+    hooks = RecordingHooks()
     manager = SimpleContextManager(hooks=hooks)
     await manager.set_messages([{"role": "user", "content": "hello"}])
     provider = Provider()
@@ -120,13 +110,13 @@ async def test_a_limit_above_the_derived_budget_changes_nothing() -> None:
         retain_contents=[], provider=provider, token_budget=derived() + 5000, hard_fit=True
     )
     await manager.get_messages_for_request(provider=provider)
-    assert hooks.budgets()[-1]["source"] == "provider_defaults"
-    assert hooks.budgets()[-1]["effective_budget"] == derived()
+    assert hooks.named("context:budget")[-1]["source"] == "provider_defaults"
+    assert hooks.named("context:budget")[-1]["effective_budget"] == derived()
 
 
 async def test_a_failed_rebuild_learns_nothing() -> None:
     """A hard-fit rebuild that fails closed leaves no trace, the limit included."""
-    hooks = Hooks()
+    hooks = RecordingHooks()
     manager = SimpleContextManager(hooks=hooks)
     await manager.set_messages([{"role": "user", "content": "word " * 5000}])
     provider = Provider()
@@ -135,4 +125,4 @@ async def test_a_failed_rebuild_learns_nothing() -> None:
             retain_contents=[], provider=provider, token_budget=100, hard_fit=True
         )
     await manager.get_messages_for_request(provider=provider)
-    assert hooks.budgets()[-1]["source"] == "provider_defaults"
+    assert hooks.named("context:budget")[-1]["source"] == "provider_defaults"

@@ -16,11 +16,13 @@ is tallied in ``strategies.EXAMPLES`` and printed at the end of the session.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -132,11 +134,13 @@ async def run_scenario(case: dict[str, Any]) -> list[int]:
     given_messages = copy.deepcopy(gen.messages)
     await _admit(manager, gen, case["via_add"])
     assert gen.messages == given_messages, "admission mutated the caller's messages"
-    factory_text = case["factory"]
+    factory_text: str | None = case["factory"]
     if factory_text is not None:
+        text = factory_text
 
         async def factory() -> str:
-            return factory_text
+            await anyio.lowlevel.checkpoint()
+            return text
 
         await manager.set_system_prompt_factory(factory)
     canonical = copy.deepcopy(await manager.get_messages())
@@ -188,8 +192,11 @@ async def run_scenario(case: dict[str, Any]) -> list[int]:
             await check_isolation(
                 manager,
                 kept,
-                lambda budget=budget: manager.get_messages_for_request_retaining(
-                    retain_contents=retain, token_budget=budget, hard_fit=case["hard_fit"]
+                functools.partial(
+                    manager.get_messages_for_request_retaining,
+                    retain_contents=retain,
+                    token_budget=budget,
+                    hard_fit=case["hard_fit"],
                 ),
             )
         assert await manager.get_messages() == canonical

@@ -14,6 +14,7 @@ import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.estimate import estimate_message
+from amplifier_module_context_simple.testing import RecordingHooks
 from tests.realdata import conversations
 from tests.support import replaced
 
@@ -22,19 +23,10 @@ pytestmark = pytest.mark.anyio
 NAMES = ("openai_tau_airline_052", "anthropic_entire_4", "amplifier_geminicli_1")
 
 
-class Hooks:
-    def __init__(self) -> None:
-        self.compactions: list[dict[str, Any]] = []
-
-    async def emit(self, event: str, data: dict[str, Any]) -> None:
-        if event == "context:compaction":
-            self.compactions.append(data)
-
-
 async def replay(messages: list[dict[str, Any]], budget: int, reset_every: int | None) -> Any:
     """Views before each assistant turn; with ``reset_every``, the whole list so far is
     re-set with ``set_messages`` every that many messages instead of appended."""
-    hooks = Hooks()
+    hooks = RecordingHooks()
     manager = SimpleContextManager(hooks=hooks)
     views = []
     for index, message in enumerate(messages):
@@ -44,7 +36,7 @@ async def replay(messages: list[dict[str, Any]], budget: int, reset_every: int |
             await manager.set_messages(copy.deepcopy(messages[: index + 1]))
         else:
             await manager.add_message(copy.deepcopy(message))
-    return views, hooks.compactions
+    return views, hooks.named("context:compaction")
 
 
 @pytest.mark.parametrize("name", NAMES)

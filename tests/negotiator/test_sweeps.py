@@ -56,6 +56,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+import anyio.lowlevel
 import pytest
 
 from amplifier_module_context_simple import ContextLengthError
@@ -306,6 +307,7 @@ def checker(case: Case) -> Any:
     the unfaulted run did."""
 
     async def check(trial: Trial[Outcome]) -> None:
+        await anyio.lowlevel.checkpoint()
         prepared = trial.prepared
         assert isinstance(prepared, Run) and prepared.orchestrator is not None
         transaction = prepared.orchestrator.transaction
@@ -415,10 +417,10 @@ async def test_sweep_grid(case: Case, anyio_backend: str) -> None:
     """Every mode of the sweep over a grid of histories, budgets and provider scales (any
     outcome): the same oracle as ``test_sweep``."""
     for kind, persistent in DEEP_MODES:
-        if kind == NATIVE and anyio_backend != "asyncio":
-            continue
-        report = await run_sweep(case, anyio_backend, kind, persistent)
-        assert report.points >= case.min_points
+        if kind != NATIVE or anyio_backend == "asyncio":
+            report = await run_sweep(case, anyio_backend, kind, persistent)
+            assert report.points >= case.min_points
+    await anyio.lowlevel.checkpoint()  # (the loop always sweeps; flake8-async cannot tell)
 
 
 @pytest.mark.deep

@@ -40,7 +40,7 @@ from amplifier_module_context_simple.negotiator.transaction import (
     TxnState,
     _Machine,
 )
-from amplifier_module_context_simple.testing import snapshot
+from amplifier_module_context_simple.testing import RecordingHooks, snapshot
 from tests.negotiator.orchestrator import (
     FakeProvider,
     LocalCoordinator,
@@ -375,27 +375,22 @@ async def test_commit_in_every_state(state: TxnState, anyio_backend: str) -> Non
     ``TransactionStateError``, nothing changes."""
     t = await setup_in(state)
     handle = RequestTransaction(t.machine)
-    delivered: list[dict[str, Any]] = []
-
-    class Hooks:
-        async def emit(self, event: str, data: dict[str, Any]) -> None:
-            delivered.append(data)
-
-    t.store.hooks = Hooks()
+    hooks = RecordingHooks()
+    t.store.hooks = hooks
     before = t.observe()
     if state not in TERMINAL and state is not S.READY:
         with pytest.raises(TransactionStateError, match=f"can't commit when state={state.name}"):
             await handle.commit()
-        assert t.observe() == before and delivered == []
+        assert t.observe() == before and hooks.started == []
         return
     committed = await handle.commit()
     assert committed is (state is not S.ROLLED_BACK)
     if state is S.READY:
         assert handle.state is S.COMMITTED and t.store._decisions is t.final.decisions
         assert t.store.last_compaction_stats is handle.stats is t.final.stats
-        assert delivered == [t.final.stats]
+        assert hooks.events == [("context:compaction", t.final.stats)]
     else:
-        assert t.observe() == before and delivered == []
+        assert t.observe() == before and hooks.started == []
 
 
 def test_the_commit_step_on_a_moved_store_conflicts() -> None:

@@ -272,7 +272,7 @@ class StoreMachine(RuleBasedStateMachine):
                 count_view=counting(proportional(scale, limit=LIMIT)),
             )
 
-        result = self.portal.call(go)
+        result: dict[str, Any] = self.portal.call(go)
         self.check_view(result["base_view"])
         return result
 

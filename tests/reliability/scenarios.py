@@ -4,6 +4,7 @@ retaining/hard-fit and negotiated paths, and check every view."""
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -142,7 +143,7 @@ async def requests(
         views.append(freeze(view))
         view = await settle(manager, history, view, budget, factory_text=factory_text)
         await check_isolation(
-            manager, view, lambda b=budget: manager.get_messages_for_request(token_budget=b)
+            manager, view, functools.partial(manager.get_messages_for_request, token_budget=budget)
         )
         if retain or hard_fit:
             before = snapshot(manager)
@@ -160,7 +161,8 @@ async def requests(
             except RequiredContentTooLargeError as error:
                 # fails closed exactly when what it must keep exceeds the budget
                 assert snapshot(manager).identical(before), "fail-closed left a trace"
-                assert error.budget == budget and error.required > budget, error
+                assert error.budget == budget, error
+                assert error.required is not None and error.required > budget, error
                 views.append("RequiredContentTooLargeError")
                 EXAMPLES["retaining requests that failed closed (required > budget)"] += 1
                 continue

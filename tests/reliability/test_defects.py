@@ -85,7 +85,7 @@ async def test_a_result_with_a_non_string_call_id_is_rejected(
 # regression test.
 @pytest.mark.anyio
 async def test_results_of_a_reference_only_call_never_reach_a_view(anyio_backend: str) -> None:
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": "hi"},
         {
             "role": "assistant",
@@ -235,7 +235,7 @@ async def test_a_system_message_carrying_tool_results_is_rejected(
     """A system message carrying ``tool_result`` blocks would be hoisted before the call it
     answers: admission refuses it with a typed error naming the problem, and the history
     stays as it was."""
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": "question"},
         {
             "role": "assistant",

@@ -81,7 +81,7 @@ from amplifier_module_context_simple.testing import (
     ViewInvariantError,
     step_sweep,
 )
-from tests.negotiator.orchestrator import counted
+from tests.negotiator.orchestrator import counted, proportional
 from tests.reliability.harness import EXAMPLES, LIMIT, Operation, build, checker, track_transactions
 from tests.reliability.machine import StoreMachine
 from tests.reliability.operations import OPERATION, boundary, run_sweep
@@ -92,7 +92,6 @@ from tests.reliability.scenarios import (
     corrupted_scenario,
     measured_store,
     negotiate_and_judge,
-    proportional,
     scenario,
 )
 from tests.reliability.strategies import corrupted
