@@ -14,7 +14,7 @@ mid-history, goes through:
 
 at budgets from 1% to 120% of the conversation's size. Every view must be valid under the
 OpenAI and the Anthropic tool-use rules (``provider_rules``, which imports nothing from
-the module), meet the view invariants (``tests/context/invariants.py``), and keep the
+the module), meet the view invariants (``testing.check_view_invariants``), and keep the
 budget rules:
 
 - a view is never over its budget when the irreducible content (system messages, the

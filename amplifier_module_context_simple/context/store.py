@@ -225,8 +225,9 @@ class ContextStore:
         canonical history and its display order, the version, the committed sticky
         decisions and their stats, the meter (its reading and the last meter stats), the
         floor mark, the learned provider limit, the ``context:budget`` payload last
-        delivered, and the configuration. ``same_objects`` also compares the identity of
-        the decisions, stats and meter-stats objects. See ``context/state.py``.
+        delivered, the configuration and whether a system prompt factory is set.
+        ``same_objects`` also compares the identity of the decisions, stats and meter-stats
+        objects. See ``context/state.py``.
         """
         history, decisions, meter = self._history, self._decisions, self._meter
         stats = self.last_compaction_stats

@@ -19,6 +19,7 @@ import pytest
 
 from amplifier_module_context_simple import (
     ContextLengthError,
+    RequiredContentTooLargeError,
     RetainedContentMissingError,
     SimpleContextManager,
 )
@@ -218,8 +219,11 @@ async def test_retained_body_verbatim_at_every_pressure(anyio_backend: str) -> N
                 view = await manager.get_messages_for_request_retaining(
                     retain_contents=[BODY], token_budget=budget, hard_fit=hard_fit
                 )
-            except ContextLengthError:
+            except RequiredContentTooLargeError as error:
+                # fails closed exactly when what it must keep exceeds the budget
                 assert snapshot(manager).identical(state)
+                assert error.budget == budget and error.required is not None
+                assert error.required > budget
                 outcomes.add("failed")
                 continue
             outcomes.add("view")

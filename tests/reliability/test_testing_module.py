@@ -5,10 +5,13 @@ snapshot, the model and the hooks must behave as documented."""
 from __future__ import annotations
 
 import copy
+import functools
 import math
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
@@ -16,27 +19,45 @@ from amplifier_module_context_simple.context.estimate import estimate_message
 from amplifier_module_context_simple.testing import (
     CANCEL,
     ERROR,
+    LOADED_TOOL_STATE,
+    MUTATION_MARK,
     NATIVE,
     NOTICE_METADATA,
     NOTICE_PREFIX,
     FaultPlan,
     FaultyHooks,
     InjectedFault,
+    Prepare,
+    Prepared,
+    RecordingHooks,
     ReferenceStore,
+    Registration,
+    Slot,
+    SweepFailure,
     ViewInvariantError,
+    call_ids,
+    check_isolation,
     check_view_invariants,
+    display_order,
     faulty_count_view,
     faulty_factory,
     faulty_fit_output,
     freeze,
+    is_notice,
+    reduced_kind,
+    result_ids,
     run_cancelling_after_step,
     snapshot,
+    strip_notice,
+    sweep,
+    tail_is_safe,
 )
 from tests.reliability.harness import (
     REMINDER,
     amplifier_round,
     anthropic_round,
     envelope,
+    openai_call,
     openai_round,
 )
 
@@ -59,7 +80,7 @@ def conversation(fmt: str) -> list[dict[str, Any]]:
     ]
 
 
-def view_of(history: list[dict[str, Any]], *drop: int) -> list[dict[str, Any]]:
+def view_of(history: Sequence[Any], *drop: int) -> list[dict[str, Any]]:
     return [copy.deepcopy(m) for i, m in enumerate(history) if i not in drop]
 
 
@@ -99,7 +120,7 @@ def test_a_pending_call_may_be_shown_without_results() -> None:
     assert check_view_invariants(history, view_of(history)).pending == {"p1"}
 
 
-def in_order(history: list[dict[str, Any]], *order: int) -> list[dict[str, Any]]:
+def in_order(history: Sequence[Any], *order: int) -> list[dict[str, Any]]:
     """Copies of ``history[i]`` for ``i`` in ``order``."""
     return [copy.deepcopy(history[i]) for i in order]
 
@@ -203,7 +224,7 @@ def test_reduced_forms_and_the_notice() -> None:
     assert code_of(history, [*view, tagged]) == (4, "invented")
 
 
-NOTICE = {
+NOTICE: dict[str, Any] = {
     "role": "user",
     "content": f"{NOTICE_PREFIX}condensed</system-reminder>",
     "metadata": dict(NOTICE_METADATA),
@@ -457,7 +478,9 @@ def test_reduced_list_content_and_protected_forms() -> None:
         blocks,
         {"role": "user", "content": "latest"},
     ]
-    note = {"compaction": {"form": "truncated", "original_tokens": estimate_message(listed)}}
+    note: dict[str, dict[str, Any]] = {
+        "compaction": {"form": "truncated", "original_tokens": estimate_message(listed)}
+    }
     short_listed = {
         **listed,
         "content": [
@@ -638,8 +661,11 @@ async def test_snapshots_compare_values_and_objects(anyio_backend: str) -> None:
     assert snapshot(manager) == before and snapshot(manager).same_objects(before)
     await manager.get_messages_for_request(token_budget=300)
     after = snapshot(manager)
-    assert after != before
-    assert {"version", "stats", "level", "meter"} <= set(after.differences(before))
+    assert after != before and not after.identical(before)
+    values = ["version", "removed", "level", "overrides", "floor_reported", "stats", "meter"]
+    values += ["floor", "budget_mark"]  # (a floor above the target was reported)
+    assert after.differences(before, objects=False) == values
+    assert after.differences(before) == [*values, "decisions_ref", "stats_ref", "meter_ref"]
 
 
 @pytest.mark.anyio
@@ -664,3 +690,279 @@ async def test_the_reference_store_models_admission(anyio_backend: str) -> None:
     model.note_commit()
     with pytest.raises(AssertionError, match="version"):
         model.check(manager)
+
+
+# -- the package's other helpers ---------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_recording_hooks_record_registrations_and_deliveries(anyio_backend: str) -> None:
+    seen: list[str] = []
+    inner = RecordingHooks()
+    hooks = RecordingHooks(lambda event, data: seen.append(event), inner=inner)
+
+    async def handler(event: str, data: dict[str, Any]) -> None:
+        await anyio.lowlevel.checkpoint()
+
+    unregister = hooks.register("llm:response", handler, 50, "meter")
+    assert hooks.registrations == [Registration("llm:response", handler, 50, "meter")]
+    assert inner.registrations == hooks.registrations  # forwarded
+    unregister()
+    unregister()
+    assert (hooks.unregistered, inner.unregistered) == (2, 2)
+    await hooks.emit("one", {"n": 1})
+    assert hooks.events == inner.events == [("one", {"n": 1})] and seen == ["one"]
+
+    class Failing:
+        async def emit(self, event: str, data: dict[str, Any]) -> None:
+            await anyio.lowlevel.checkpoint()
+            raise RuntimeError(event)
+
+    failing = RecordingHooks(inner=Failing())
+    with pytest.raises(RuntimeError, match="two"):
+        await failing.emit("two", {})
+    assert failing.failed == ["two"] and failing.interrupted == ["two"]
+    assert failing.emitted == [("two", {})] and failing.events == []
+
+
+def test_the_message_helpers() -> None:
+    call = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "t1", "name": "g", "input": {}}],
+        "tool_calls": [{"id": "c1", "tool": "x"}],
+    }
+    results = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]}
+    tool: dict[str, Any] = {"role": "tool", "tool_call_id": "c1", "content": "r"}
+    assert call_ids(call) == ["c1", "t1"] and result_ids(results) == ["t1"]
+    assert result_ids(tool) == ["c1"] and call_ids(tool) == []
+    assert not tail_is_safe([call, tool]) and tail_is_safe([call, tool, results])
+    assert is_notice(NOTICE) and strip_notice([tool, NOTICE]) == [tool]
+    assert strip_notice([tool]) == [tool]
+    stub = {"role": "user", "content": "x", "metadata": {"compaction": {"form": "stubbed"}}}
+    assert reduced_kind(stub) == "stubbed" and reduced_kind(tool) is None
+
+
+def test_the_display_order_puts_results_and_synthesized_ones_after_their_call() -> None:
+    call, first, second = openai_round(["c1", "c2"], 20)
+    note = {"role": "user", "content": "note", "metadata": {"source": "hook"}}
+    history = [
+        {"role": "user", "content": "go"},
+        call,
+        note,
+        first,
+        {"role": "user", "content": "x"},
+    ]
+    assert display_order(history) == [
+        Slot(0),
+        Slot(1),
+        Slot(1, ("c1",)),  # c2 answered, c1 owed a synthesized result once the person spoke
+        Slot(3),
+        Slot(2),
+        Slot(4),
+    ]
+    assert second["tool_call_id"] == "c1"
+
+
+def test_the_oracle_checks_the_budget_and_loaded_tool_state() -> None:
+    loaded = {
+        "role": "user",
+        "content": "tools loaded",
+        "metadata": {"source": "hook", LOADED_TOOL_STATE: [{"name": "grep"}]},
+    }
+    history = [*conversation("openai")[:-1], loaded, conversation("openai")[-1]]
+    view = view_of(history)
+    total = sum(estimate_message(m) for m in view)
+    assert check_view_invariants(history, view, budget=total).systems == 1
+    assert code_of(history, view, budget=total - 1) == (5, "over-budget")
+    assert code_of(history, view_of(history, len(history) - 2)) == (2, "protected")
+
+
+def test_the_oracle_applies_the_providers_rules() -> None:
+    """The caller's own content passes through verbatim: OpenAI rejects a tool message
+    whose content is an object, and takes only text parts (an adapter drops an image)."""
+    call = {"role": "assistant", "content": "", "tool_calls": [openai_call("c1")]}
+    odd = {"role": "tool", "tool_call_id": "c1", "content": {"not": "text"}}
+    history = [{"role": "user", "content": "go"}, call, odd, {"role": "user", "content": "x"}]
+    assert code_of(history, view_of(history)) == (1, "provider-openai")
+    assert check_view_invariants(history, view_of(history), dialects=()).mapping == (0, 1, 2, 3)
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}}
+    pictured = {**odd, "content": [{"type": "text", "text": "see"}, image]}
+    history[2] = pictured
+    assert check_view_invariants(history, view_of(history)).media_dropped
+
+
+@pytest.mark.anyio
+async def test_check_isolation_names_each_leak(anyio_backend: str) -> None:
+    manager = SimpleContextManager()
+    await manager.set_messages(conversation("openai"))
+
+    async def rebuild() -> list[dict[str, Any]]:
+        return await manager.get_messages_for_request()
+
+    again = await check_isolation(manager, await rebuild(), rebuild)
+    assert again == await rebuild()
+
+    async def leaking() -> list[dict[str, Any]]:
+        return [{"role": "user", "content": MUTATION_MARK}]
+
+    async def different() -> list[dict[str, Any]]:
+        return (await rebuild())[:-1]
+
+    for next_view, detail in ((leaking, "leaked"), (different, "nothing new was committed")):
+        with pytest.raises(ViewInvariantError, match=detail) as raised:
+            await check_isolation(manager, await rebuild(), next_view)
+        assert (raised.value.item, raised.value.code) == (7, "isolation")
+    shared = await manager.get_messages()  # not a view: the history's own copies
+    stored = manager._history.entries[0].stored
+    with pytest.raises(ViewInvariantError, match="changed the store"):
+        await check_isolation(manager, [stored], rebuild)
+    assert shared
+
+
+# -- sweep failures, each named by its code ---------------------------------------------------
+
+
+def operation(
+    run: Callable[[SimpleContextManager, FaultPlan], Awaitable[Any]],
+    follow_up: Callable[[SimpleContextManager], Awaitable[Any]] | None = None,
+) -> Prepare[Any]:
+    """A ``prepare`` over a fresh manager whose operation is ``run(manager, plan)``."""
+
+    async def prepare(plan: FaultPlan) -> Prepared[Any]:
+        manager = SimpleContextManager()
+        await manager.set_messages([{"role": "user", "content": "hi"}])
+
+        async def go() -> Any:
+            return await run(manager, plan)
+
+        retry = None if follow_up is None else functools.partial(follow_up, manager)
+        prepared: Prepared[Any] = Prepared(manager, go, FaultyHooks(plan), retry)
+        manager.hooks = prepared.hooks
+        RUNS.append(prepared)
+        return prepared
+
+    return prepare
+
+
+RUNS: list[Prepared[Any]] = []
+
+
+async def sweep_code(prepare: Prepare[Any], **kwargs: Any) -> tuple[str, tuple[str, ...]]:
+    with pytest.raises(SweepFailure) as raised:
+        await sweep("synthetic", prepare, kind=kwargs.pop("kind", ERROR), **kwargs)
+    return raised.value.code, raised.value.fields
+
+
+@pytest.mark.anyio
+async def test_a_stage_of_a_composite_run_is_kept(anyio_backend: str) -> None:
+    """A run that raises after an inner operation returned is judged at that stage: the
+    store as the reference had it then (``staged``), and no more."""
+
+    async def run(manager: SimpleContextManager, plan: FaultPlan) -> Any:
+        await manager.get_messages_for_request()
+        RUNS[-1].reached("view")
+        try:
+            await plan.hit("after")
+        except InjectedFault:
+            if manager.truncate_chars == 250:  # only while proving the failure below
+                manager.truncate_chars = SPOILED[0]
+            raise
+
+    SPOILED[:] = [250]
+    report = await sweep("staged", operation(run), kind=ERROR)
+    # hit 1 (context:budget delivery) fails inside the store, which logs it and returns
+    assert (report.points, report.staged, report.returned) == (2, 1, 1)
+    SPOILED[:] = [99]
+    assert await sweep_code(operation(run)) == ("stage-not-kept", ("config",))
+
+
+SPOILED: list[int] = []
+
+
+@pytest.mark.anyio
+async def test_each_sweep_failure_has_its_code(anyio_backend: str) -> None:
+    calls: list[int] = []
+
+    async def changes_then_raises(manager: SimpleContextManager, plan: FaultPlan) -> Any:
+        await plan.hit("a")
+        manager.truncate_chars = 7
+        raise InjectedFault("b", 0)
+
+    assert await sweep_code(operation(changes_then_raises)) == ("reference-changed", ("config",))
+
+    async def reorders(manager: SimpleContextManager, plan: FaultPlan) -> Any:
+        calls.append(1)
+        for label in ("a", "b") if len(calls) % 2 else ("b", "a"):
+            await plan.hit(label)
+
+    assert (await sweep_code(operation(reorders), kind=CANCEL))[0] == "seam-order"
+
+    async def translates(manager: SimpleContextManager, plan: FaultPlan) -> Any:
+        try:
+            await plan.hit("a")
+        except InjectedFault as error:
+            raise KeyError("a") from error
+
+    assert await sweep_code(operation(translates)) == ("undocumented-error", ())
+
+    async def leaves_a_trace(manager: SimpleContextManager, plan: FaultPlan) -> Any:
+        await plan.hit("a")
+        try:
+            await plan.hit("b")
+        finally:
+            manager.truncate_chars = 9 if plan.fired else 250
+
+    code, fields = await sweep_code(operation(leaves_a_trace))
+    assert (code, fields) == ("raised-not-before", ("config",))
+
+    async def returns(manager: SimpleContextManager, plan: FaultPlan) -> Any:
+        await plan.hit("a")
+
+    async def fails(manager: SimpleContextManager) -> Any:
+        raise InjectedFault("retry", 0)
+
+    assert await sweep_code(operation(returns, fails)) == ("retry-outcome", ())
+
+    async def moves(manager: SimpleContextManager) -> Any:
+        manager.truncate_chars = 11
+
+    assert await sweep_code(operation(returns, moves)) == ("retry-state", ("config",))
+
+    async def emits(manager: SimpleContextManager) -> Any:
+        await manager.hooks.emit("extra", {})
+
+    assert await sweep_code(operation(returns, emits)) == ("retry-events", ())
+
+
+def test_reduced_forms_are_traceable_exactly() -> None:
+    """A stub keeps the first words and states the original length; a truncated result's
+    note holds only ``form``, ``original_tokens`` and ``protected: True``."""
+    long = "first words of a long request. " * 30
+    history = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": long},
+        *openai_round(["c1"], 900),
+        {"role": "user", "content": "latest"},
+    ]
+    stub_note = {"form": "stubbed", "original_chars": len(long)}
+    stub = {
+        "role": "user",
+        "content": f"[stub] {long[:60]}…",
+        "metadata": {"compaction": stub_note},
+    }
+    stubbed = [*view_of(history)[:2], stub, *view_of(history)[3:]]
+    assert check_view_invariants(history, stubbed).stubbed == 1
+    stub_note["original_chars"] = len(long) - 1
+    assert code_of(history, stubbed) == (4, "invented")
+    tokens = estimate_message(history[4])
+
+    def truncated(note: dict[str, Any]) -> list[dict[str, Any]]:
+        short = {**history[4], "content": history[4]["content"][:40], "metadata": {}}
+        short["metadata"]["compaction"] = note
+        return [*view_of(history)[:4], short, *view_of(history)[5:]]
+
+    note = {"form": "truncated", "original_tokens": tokens}
+    assert check_view_invariants(history, truncated(note), truncate_chars=40).truncated == 1
+    for bad in ({**note, "extra": 1}, {**note, "protected": "yes"}):
+        assert code_of(history, truncated(bad), truncate_chars=40) == (4, "invented")
