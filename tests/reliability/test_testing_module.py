@@ -457,7 +457,7 @@ def test_reduced_list_content_and_protected_forms() -> None:
         "tool_call_id": "c1",
         "content": [{"type": "text", "text": long}, image],
     }
-    blocks = {
+    blocks: dict[str, Any] = {
         "role": "user",
         "content": [
             {
