@@ -158,10 +158,25 @@ def _byte_class(i: int) -> int:
 _CLASS_TABLE: Final = bytes(_byte_class(i) for i in range(256))
 
 
+_TRIPLE_FACTOR: Final = 1 + (6 << 8) + (36 << 16)
+"""Multiplying the class bytes by this puts 36 * class(i - 1) + 6 * class(i) + class(i + 1)
+in byte i + 1 (classes are below 6, so no byte carries into the next): one big-integer
+operation forms every triple."""
+
+
+def _shifted_triples(data: bytes) -> bytes:
+    """Byte i + 1 is the triple of byte i of ``data``; ``len(data) + 2`` bytes.
+
+    Byte 0 is the triple (space, space, class(0)) and the last byte the one after the
+    end (class(n - 1), space, space): the virtual spaces at both ends.
+    """
+    v = int.from_bytes(data.translate(_CLASS_TABLE), "little")
+    return (v * _TRIPLE_FACTOR).to_bytes(len(data) + 2, "little")
+
+
 def _triples(data: bytes) -> bytes:
     """Byte i is 36 * class(i - 1) + 6 * class(i) + class(i + 1); one extra byte at the end."""
-    v = int.from_bytes(data.translate(_CLASS_TABLE), "little")
-    return ((v * 36 << 8) + v * 6 + (v >> 8)).to_bytes(len(data) + 1, "little")
+    return _shifted_triples(data)[1:]
 
 
 def _triple_features(code: int) -> dict[str, int]:
@@ -278,6 +293,9 @@ def _script_weight_table() -> bytes:
 
 _TRIPLE_WEIGHTS: Final = _triple_weight_table()
 _SCRIPT_WEIGHTS: Final = _script_weight_table()
+# ``estimate_text`` sums the shifted triples whole: byte 0 (space, space, x) must weigh
+# nothing, and it subtracts the last byte (the triple after the end) itself.
+assert not any(_TRIPLE_WEIGHTS[:6]), "a triple centred on a leading space has no weight"
 _THAI_EXTRA_UNITS: Final = _weight_units("thai") - _SCRIPT_WEIGHTS[0xE0]
 # zlib.adler32 sums bytes modulo 65521: keep every summed span below that.
 _SPAN: Final = 65520 // max(1, *_TRIPLE_WEIGHTS, *_SCRIPT_WEIGHTS)
@@ -291,6 +309,13 @@ def _byte_sum(data: bytes, end: int) -> int:
     return sum(
         (zlib.adler32(view[i : min(end, i + _SPAN)]) - 1) & 0xFFFF for i in range(0, end, _SPAN)
     )
+
+
+def _sum(data: bytes) -> int:
+    """Sum of the bytes of ``data``, exactly."""
+    if len(data) <= _SPAN:
+        return (zlib.adler32(data) - 1) & 0xFFFF
+    return _byte_sum(data, len(data))
 
 
 def _encode(text: str) -> bytes:
@@ -323,9 +348,10 @@ def estimate_text(text: str) -> int:
     if not text:
         return 0
     data = _encode(text)
-    units = float(_byte_sum(_triples(data).translate(_TRIPLE_WEIGHTS), len(data)))
-    if not text.isascii():
-        units += _byte_sum(data.translate(_SCRIPT_WEIGHTS), len(data))
+    weights = _shifted_triples(data).translate(_TRIPLE_WEIGHTS)
+    units = float(_sum(weights) - weights[-1])
+    if len(data) != len(text):  # not ASCII
+        units += _sum(data.translate(_SCRIPT_WEIGHTS))
         if b"\xe0" in data:
             units += _THAI_EXTRA_UNITS * (data.count(_THAI[0]) + data.count(_THAI[1]))
     return max(1, math.ceil(units / _UNITS))
@@ -464,8 +490,14 @@ def _estimate_image(block: Mapping[str, Any]) -> int:
 # ---------------------------------------------------------------------------------------
 
 
+_PLAIN: Final = frozenset({str, list, tuple, dict, type(None)})
+"""Types read as they are (checked by exact type first: ABC checks cost per message)."""
+
+
 def _as_mapping(value: Any) -> Any:
     """Pydantic-like objects (``model_dump``) as plain dicts; anything else unchanged."""
+    if type(value) in _PLAIN:
+        return value
     if not isinstance(value, Mapping | str | list | tuple) and value is not None:
         dump = getattr(value, "model_dump", None)
         if callable(dump):
@@ -476,8 +508,16 @@ def _as_mapping(value: Any) -> Any:
     return value
 
 
+def _is_mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)
+
+
+_ENCODER: Final = json.JSONEncoder(default=str, ensure_ascii=False)
+"""``json.dumps(value, default=str, ensure_ascii=False)`` without building an encoder per call."""
+
+
 def _json(value: Any) -> str:
-    return json.dumps(value, default=str, ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 class _Collector:
@@ -499,6 +539,14 @@ class _Collector:
             self.texts.append(_json(value))
 
     def content(self, content: Any, depth: int) -> None:
+        kind = type(content)
+        if kind is str:  # the common shapes first, by exact type
+            if content:
+                self.texts.append(content)
+            return
+        if kind is dict:
+            self.block(content, depth)
+            return
         content = _as_mapping(content)
         if content is None:
             return
@@ -548,12 +596,12 @@ class _Collector:
             return
         for call in calls:
             call = _as_mapping(call)
-            if not isinstance(call, Mapping):
+            if type(call) is not dict and not isinstance(call, Mapping):
                 self.value(call)
                 continue
             self.fixed += TOOL_CALL_OVERHEAD_TOKENS
             function = _as_mapping(call.get("function"))
-            source = function if isinstance(function, Mapping) else call
+            source = function if _is_mapping(function) else call
             name = source.get("name")
             if name is None:
                 name = call.get("tool")
@@ -570,10 +618,14 @@ def provider_texts(message: Mapping[str, Any]) -> tuple[list[str], int]:
     May raise on pathological input; ``estimate_message`` never does.
     """
     calls = message.get("tool_calls")
-    listed = frozenset(
-        call_id
-        for call in (calls if isinstance(calls, list) else ())
-        if isinstance(call, Mapping) and isinstance(call_id := call.get("id"), str)
+    listed = (
+        frozenset(
+            call_id
+            for call in calls
+            if _is_mapping(call) and isinstance(call_id := call.get("id"), str)
+        )
+        if isinstance(calls, list)
+        else frozenset()
     )
     collector = _Collector(listed)
     collector.content(message.get("content"), 0)
@@ -584,6 +636,10 @@ def provider_texts(message: Mapping[str, Any]) -> tuple[list[str], int]:
 def estimate_message(message: Mapping[str, Any]) -> int:
     """Tokens one provider-facing message costs (see the module docstring). Never raises."""
     try:
+        if type(message) is dict and message.get("tool_calls") is None:
+            content = message.get("content")
+            if type(content) is str:  # the commonest shape: what ``provider_texts`` counts
+                return MESSAGE_OVERHEAD_TOKENS + (estimate_text(content) if content else 0)
         texts, fixed = provider_texts(_as_mapping(message))
         return fixed + sum(estimate_text(text) for text in texts)
     except Exception:
