@@ -32,7 +32,8 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 from ..errors import InvalidMessageError
 from .classify import (
@@ -42,6 +43,8 @@ from .classify import (
     block_id,
     block_type,
     classify,
+    is_mapping,
+    metadata_of,
 )
 from .estimate import estimate_message
 from .ids import fresh_ids, renamed_calls, renamed_results
@@ -74,13 +77,19 @@ SEQ_KEY = "_seq"
 _VALID_CONTENT = (str, list)
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One admitted message and everything decided about it at admission."""
+class Entry(NamedTuple):
+    """One admitted message and everything decided about it at admission.
+
+    A named tuple: immutable, and cheap to build (a session resume builds thousands).
+    """
 
     seq: int
-    stored: dict[str, Any]
-    """The message as admitted (metadata carries ``_seq``); never mutated."""
+    given: dict[str, Any]
+    """The message as the caller gave it, after the ingress cap; never mutated. Its
+    top-level and metadata dicts are the store's own (the public form itself when the two
+    are equal); nested values are shared with the caller (read-only by contract)."""
+    timestamp: str | None
+    """The admission time ``add_message`` stamped (None when it added none)."""
     public: dict[str, Any] | None
     """The provider-facing form (no ``_seq``, no history-only keys, no orphan results);
     None when the message never reaches a view (reference-only row, orphan result)."""
@@ -90,6 +99,16 @@ class Entry:
     """How views use it."""
     has_metadata: bool
     """Whether the public form has a metadata dict (views copy it)."""
+
+    @property
+    def stored(self) -> dict[str, Any]:
+        """The message as ``get_messages`` returns it: as given, its metadata carrying
+        ``_seq`` (and the stamped timestamp). A new dict, with a new metadata dict."""
+        metadata = dict(self.given.get("metadata") or {})
+        if self.timestamp is not None:
+            metadata["timestamp"] = self.timestamp
+        metadata[SEQ_KEY] = self.seq
+        return {**self.given, "metadata": metadata}
 
 
 class EntryKind(enum.IntEnum):
@@ -122,7 +141,7 @@ def utc_timestamp() -> str:
 
 def validate_message(message: object, index: int | None = None) -> Mapping[str, Any]:
     """Check the shape admission relies on; raise ``InvalidMessageError`` otherwise."""
-    if not isinstance(message, Mapping):
+    if not is_mapping(message):
         raise InvalidMessageError(
             f"a message must be a dict, got {type(message).__name__}", index=index
         )
@@ -132,7 +151,7 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
             f"a message needs a non-empty string 'role', got {role!r}", index=index
         )
     metadata = message.get("metadata")
-    if metadata is not None and not isinstance(metadata, Mapping):
+    if metadata is not None and not is_mapping(metadata):
         raise InvalidMessageError(
             f"'metadata' must be a dict when present, got {type(metadata).__name__}",
             index=index,
@@ -144,9 +163,7 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
             index=index,
         )
     calls = message.get("tool_calls")
-    if calls is not None and not (
-        isinstance(calls, list) and all(isinstance(c, Mapping) for c in calls)
-    ):
+    if calls is not None and not (isinstance(calls, list) and all(map(is_mapping, calls))):
         raise InvalidMessageError("'tool_calls' must be a list of dicts when present", index=index)
     call_id = message.get("tool_call_id")
     if call_id is not None and not isinstance(call_id, str):
@@ -155,7 +172,8 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
         )
     for call in calls or ():
         for key in ("id", "tool_call_id"):
-            if call.get(key) is not None and not isinstance(call.get(key), str):
+            value = call.get(key)
+            if value is not None and not isinstance(value, str):
                 raise InvalidMessageError(f"tool call {key!r} must be a string", index=index)
     if isinstance(content, list):
         for position, block in enumerate(content):
@@ -173,13 +191,14 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
 
 def _validate_block(block: object, position: int, index: int | None) -> None:
     """A block's ``type`` and tool ids, when present, are strings (unknown blocks pass)."""
-    kind = block_field(block, "type")
+    read = block.get if type(block) is dict else partial(block_field, block)
+    kind = read("type")
     if kind is not None and not isinstance(kind, str):
         raise InvalidMessageError(
             f"content block {position}: 'type' must be a string, got {kind!r}", index=index
         )
     for key in ("id", "tool_use_id", "tool_call_id"):
-        value = block_field(block, key)
+        value = read(key)
         if value is not None and not isinstance(value, str):
             raise InvalidMessageError(
                 f"content block {position}: {key!r} must be a string, got {value!r}", index=index
@@ -201,7 +220,7 @@ def public_form(admitted: Mapping[str, Any], drop_results: frozenset[str]) -> di
     """
     message = dict(admitted)
     metadata = message.get("metadata")
-    if isinstance(metadata, Mapping):
+    if metadata is not None and is_mapping(metadata):
         message["metadata"] = {
             k: v for k, v in metadata.items() if k != SEQ_KEY and k not in PUBLIC_METADATA_KEYS
         }
@@ -240,6 +259,15 @@ def copy_message(message: Mapping[str, Any]) -> dict[str, Any]:
     metadata = copied.get("metadata")
     if isinstance(metadata, dict):
         copied["metadata"] = metadata.copy()
+    return copied
+
+
+def _own_copy(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A new dict with its own metadata dict (of any mapping); nested values are shared."""
+    copied = dict(message)
+    metadata = copied.get("metadata")
+    if metadata is not None and is_mapping(metadata):
+        copied["metadata"] = dict(metadata)
     return copied
 
 
@@ -312,6 +340,8 @@ class History:
     body_prefix: list[int] = field(default_factory=lambda: [0])
     """``body_prefix[n]``: see ``uncompacted_body_tokens``."""
     _body_added: int = 0
+    widest_cap: int = 0
+    """The largest ``max_tool_result_bytes`` any admission used."""
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -362,23 +392,25 @@ class History:
         """Admit one validated message; return its entry and any ingress clip."""
         capped, clip = cap_tool_result(message, max_tool_result_bytes)
         seq = self.next_seq
-        metadata = dict(capped.get("metadata") or {})
-        if stamp_time and "timestamp" not in metadata:
-            metadata["timestamp"] = utc_timestamp()
-        metadata[SEQ_KEY] = seq
-        stored = {**capped, "metadata": metadata}
-        info = classify(stored)
+        timestamp = None
+        if stamp_time and "timestamp" not in metadata_of(capped):
+            timestamp = utc_timestamp()
+        info = classify(capped)
         # Everything that can fail happens before the first mutation of the history.
         # Results that answer nothing in the open run (orphans, or results naming no call
         # at all) never reach a view: a provider rejects a result without its call.
         run = self._run
-        answerable = run.pending if run is not None else {}
-        in_place = tuple(i for i in info.result_ids if i in answerable)
-        orphans = frozenset(info.result_ids).difference(in_place)
+        in_place: tuple[str, ...] = ()
+        orphans: frozenset[str] = frozenset()
+        if info.result_ids:
+            answerable = run.pending if run is not None else {}
+            in_place = tuple(i for i in info.result_ids if i in answerable)
+            orphans = frozenset(info.result_ids).difference(in_place)
         public: dict[str, Any] | None
+        content = capped.get("content")
         if info.reference_only or (info.is_result_carrier and not in_place):
             public = None
-        elif isinstance(capped.get("content"), list) and capped["content"]:
+        elif isinstance(content, list) and content:
             public = public_form(capped, orphans)
             if not public["content"]:
                 public = None  # it carried nothing but results that answer nothing
@@ -396,7 +428,9 @@ class History:
         tokens = estimate_message(public) if public is not None else 0
         entry = Entry(
             seq=seq,
-            stored=stored,
+            # usually the public form itself: equal to what was given, and the store's own
+            given=public if public is not None and public == capped else _own_copy(capped),
+            timestamp=timestamp,
             public=public,
             info=info,
             tokens=tokens,
@@ -404,6 +438,7 @@ class History:
             has_metadata=public is not None and isinstance(public.get("metadata"), dict),
         )
         self.entries.append(entry)
+        self.widest_cap = max(self.widest_cap, max_tool_result_bytes)
         self.next_seq = seq + 1
         self._body_added = tokens if entry.kind == BODY else 0
         if public is not None:
@@ -415,7 +450,7 @@ class History:
                     self.first_human = seq
                 self.last_human = seq
             if info.is_envelope:
-                self.latest_envelope[stored["content"]] = seq
+                self.latest_envelope[capped["content"]] = seq
         self.body_prefix.append(self.body_prefix[-1] + self._body_added)
         return entry, clip
 

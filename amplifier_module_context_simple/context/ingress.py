@@ -196,6 +196,8 @@ def _cap_content(content: object, max_bytes: int) -> _Capped | None:
 
 
 def _cap_string(content: str, max_bytes: int) -> _Capped | None:
+    if len(content) * 4 <= max_bytes:
+        return None  # no character takes more than 4 UTF-8 bytes: no need to count them
     original = utf8_size(content)
     if original <= max_bytes:
         return None

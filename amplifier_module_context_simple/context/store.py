@@ -36,7 +36,6 @@ from .history import (
     SEQ_KEY,
     History,
     build_history,
-    copy_message,
     validate_message,
 )
 from .ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip, cap_tool_result
@@ -210,7 +209,7 @@ class ContextStore:
     @property
     def messages(self) -> list[dict[str, Any]]:
         """The canonical history (copies), for callers that read the attribute."""
-        return [copy_message(entry.stored) for entry in self._history.entries]
+        return [entry.stored for entry in self._history.entries]
 
     @property
     def version(self) -> tuple[int, int]:
