@@ -97,6 +97,12 @@ def block_type(block: object) -> str | None:
 
 def block_id(block: object, *keys: str) -> str | None:
     """The first non-empty string among ``keys`` of a block (junk ids read as None)."""
+    if type(block) is dict:
+        for key in keys:
+            value = block.get(key)
+            if isinstance(value, str) and value:
+                return value
+        return None
     for key in keys:
         value = block_field(block, key)
         if isinstance(value, str) and value:
@@ -106,7 +112,7 @@ def block_id(block: object, *keys: str) -> str | None:
 
 def metadata_of(message: Mapping[str, Any]) -> Mapping[str, Any]:
     metadata = message.get("metadata")
-    return metadata if is_mapping(metadata) else _NO_METADATA
+    return metadata if metadata is not None and is_mapping(metadata) else _NO_METADATA
 
 
 def declared_call_ids(message: Mapping[str, Any]) -> tuple[str, ...]:
@@ -166,8 +172,13 @@ def has_anonymous_results(message: Mapping[str, Any]) -> bool:
 def classify(message: Mapping[str, Any]) -> MessageInfo:
     """Classify one well-formed message (a dict with a string ``role``)."""
     role = message["role"]
-    result_ids, is_result_carrier = carried_result_ids(message)
-    call_ids = declared_call_ids(message)
+    call_ids: tuple[str, ...] = ()
+    if role == "assistant":
+        call_ids = declared_call_ids(message)
+        result_ids: tuple[str, ...] = ()
+        is_result_carrier = False
+    else:
+        result_ids, is_result_carrier = carried_result_ids(message)
     is_user = role == "user"
     metadata = metadata_of(message)
     if not metadata:  # what the general case below gives for no metadata, for less

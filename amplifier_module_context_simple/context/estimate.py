@@ -347,14 +347,28 @@ def estimate_text(text: str) -> int:
     """Estimated o200k_base tokens for ``text`` (0 for the empty string, else >= 1)."""
     if not text:
         return 0
-    data = _encode(text)
-    weights = _shifted_triples(data).translate(_TRIPLE_WEIGHTS)
-    units = float(_sum(weights) - weights[-1])
-    if len(data) != len(text):  # not ASCII
+    # ``_encode``, ``_shifted_triples`` and ``_sum`` inlined: this runs for every text of
+    # every admitted message
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:  # lone surrogates
+        data = text.encode("utf-8", "surrogatepass")
+    size = len(data) + 2
+    triples = int.from_bytes(data.translate(_CLASS_TABLE), "little") * _TRIPLE_FACTOR
+    weights = triples.to_bytes(size, "little").translate(_TRIPLE_WEIGHTS)
+    units = (zlib.adler32(weights) - 1) & 0xFFFF if size <= _SPAN else _byte_sum(weights, size)
+    units -= weights[-1]  # the triple after the end
+    if size - 2 != len(text):  # not ASCII
         units += _sum(data.translate(_SCRIPT_WEIGHTS))
         if b"\xe0" in data:
-            units += _THAI_EXTRA_UNITS * (data.count(_THAI[0]) + data.count(_THAI[1]))
-    return max(1, math.ceil(units / _UNITS))
+            return max(
+                1,
+                math.ceil(
+                    (units + _THAI_EXTRA_UNITS * (data.count(_THAI[0]) + data.count(_THAI[1])))
+                    / _UNITS
+                ),
+            )
+    return max(1, (units + _UNITS - 1) // _UNITS)  # ceil(units / _UNITS), in integers
 
 
 # ---------------------------------------------------------------------------------------
@@ -618,18 +632,18 @@ def provider_texts(message: Mapping[str, Any]) -> tuple[list[str], int]:
     May raise on pathological input; ``estimate_message`` never does.
     """
     calls = message.get("tool_calls")
-    listed = (
-        frozenset(
+    content = message.get("content")
+    listed: frozenset[str] = frozenset()
+    if isinstance(calls, list) and not (content is None or type(content) is str):
+        # only ``tool_call`` blocks in the content read it
+        listed = frozenset(
             call_id
             for call in calls
             if _is_mapping(call) and isinstance(call_id := call.get("id"), str)
         )
-        if isinstance(calls, list)
-        else frozenset()
-    )
     collector = _Collector(listed)
-    collector.content(message.get("content"), 0)
-    collector.tool_calls(message.get("tool_calls"))
+    collector.content(content, 0)
+    collector.tool_calls(calls)
     return collector.texts, collector.fixed
 
 

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, NamedTuple
+from itertools import compress, count
+from operator import attrgetter, ne
+from typing import Any, Final, NamedTuple
 
 from ..errors import InvalidMessageError
 from .classify import (
@@ -410,6 +412,8 @@ class History:
         content = capped.get("content")
         if info.reference_only or (info.is_result_carrier and not in_place):
             public = None
+        elif capped.get("metadata") is None and not isinstance(content, list):
+            public = dict(capped)  # what ``public_form`` gives here, for less
         elif isinstance(content, list) and content:
             public = public_form(capped, orphans)
             if not public["content"]:
@@ -426,21 +430,22 @@ class History:
             if shown_as:
                 public = renamed_results(public, shown_as)
         tokens = estimate_message(public) if public is not None else 0
+        kind = _kind(info, public)
         entry = Entry(
-            seq=seq,
+            seq,
             # usually the public form itself: equal to what was given, and the store's own
-            given=public if public is not None and public == capped else _own_copy(capped),
-            timestamp=timestamp,
-            public=public,
-            info=info,
-            tokens=tokens,
-            kind=_kind(info, public),
-            has_metadata=public is not None and isinstance(public.get("metadata"), dict),
+            public if public is not None and public == capped else _own_copy(capped),
+            timestamp,
+            public,
+            info,
+            tokens,
+            kind,
+            public is not None and isinstance(public.get("metadata"), dict),
         )
         self.entries.append(entry)
         self.widest_cap = max(self.widest_cap, max_tool_result_bytes)
         self.next_seq = seq + 1
-        self._body_added = tokens if entry.kind == BODY else 0
+        self._body_added = tokens if kind == BODY else 0
         if public is not None:
             # A message no view shows (a reference-only row, an orphan) declares and
             # answers nothing: linking it would show a result whose call is never shown.
@@ -453,6 +458,47 @@ class History:
                 self.latest_envelope[capped["content"]] = seq
         self.body_prefix.append(self.body_prefix[-1] + self._body_added)
         return entry, clip
+
+    def starts(self, messages: Sequence[object], max_tool_result_bytes: int) -> bool:
+        """Whether ``messages`` begins with this history's messages as a provider sees
+        them: each equal to its entry once capped to ``max_tool_result_bytes``, ignoring
+        the store's ``_seq`` and timestamps (and an empty metadata dict).
+
+        Each message is first compared (``==``, in C) with the message as it was given,
+        then with its stored form (what ``get_messages`` returned); only one equal to
+        neither is validated, capped and compared without the bookkeeping. A dict is
+        compared by its current content, never by identity (the store keeps its own
+        top-level and metadata dicts), so a caller that changed a message in place since
+        it was given - a key replaced, added or removed, in the message or its metadata -
+        is seen to differ. Nested values (content lists, blocks, tool calls) are shared
+        with the stored history (read-only by contract): a change inside one is not seen.
+
+        Raises:
+            InvalidMessageError: a message it had to look into is malformed (naming its
+                index); messages equal to an entry are valid as that entry was.
+        """
+        entries = self.entries
+        end = len(entries)
+        if len(messages) < end:
+            return False
+        # Under a cap no narrower than any admission used, capping leaves an admitted
+        # message (and anything equal to it) as it is: plain equality decides.
+        fast = max_tool_result_bytes >= self.widest_cap
+        index = 0
+        while index < end:
+            if fast:
+                index = _first_difference(entries, messages, index, end, _GIVEN)
+                if index < end:
+                    index = _first_difference(entries, messages, index, end, _STORED)
+                if index == end:
+                    return True
+            message = messages[index]
+            validate_message(message, index)
+            capped = cap_tool_result(message, max_tool_result_bytes)[0]  # type: ignore[arg-type]
+            if _as_seen(entries[index].given) != _as_seen(capped):
+                return False
+            index += 1
+        return True
 
     def uncompacted_body_tokens(self, length: int) -> int:
         """Estimated tokens of the non-system messages a view of ``length`` entries shows
@@ -559,6 +605,38 @@ class History:
         if ra != rb:
             # the earlier message is the representative, so a group is named by its call
             self._parent[max(ra, rb)] = min(ra, rb)
+
+
+_GIVEN: Final = attrgetter("given")
+_STORED: Final = attrgetter("stored")
+_BOOKKEEPING: Final = frozenset({SEQ_KEY, "timestamp"})
+
+
+def _first_difference(
+    entries: list[Entry],
+    messages: Sequence[object],
+    start: int,
+    end: int,
+    form: Callable[[Entry], Mapping[str, Any]],
+) -> int:
+    """The first index from ``start`` whose message is not ``==`` to ``form`` of its
+    entry, or ``end`` (the loop runs in C: ``map``, ``compress``, dict equality)."""
+    differs = map(ne, map(form, entries[start:end]), messages[start:end])
+    return next(compress(count(start), differs), end)
+
+
+def _as_seen(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``message`` without the store's bookkeeping (sequence id, admission timestamp)."""
+    metadata = message.get("metadata")
+    if not isinstance(metadata, Mapping) or not _BOOKKEEPING.intersection(metadata):
+        if isinstance(metadata, Mapping) and not metadata:
+            return {k: v for k, v in message.items() if k != "metadata"}
+        return message
+    kept = {k: v for k, v in metadata.items() if k not in _BOOKKEEPING}
+    seen = {k: v for k, v in message.items() if k != "metadata"}
+    if kept:
+        seen["metadata"] = kept
+    return seen
 
 
 def build_history(

@@ -137,6 +137,8 @@ def cap_tool_result(
     role = message.get("role")
     content = message.get("content")
     if role == "tool":
+        if type(content) is str and len(content) * 4 <= max_bytes:
+            return message, None  # the commonest result: within the cap, however encoded
         capped = _cap_content(content, max_bytes)
         if capped is None:
             return message, None

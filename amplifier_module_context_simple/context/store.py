@@ -33,7 +33,6 @@ from .config import TOKEN_METER_ACTUAL, ContextConfig
 from .decisions import Decisions
 from .estimate import estimate_message
 from .history import (
-    SEQ_KEY,
     History,
     build_history,
     validate_message,
@@ -84,23 +83,6 @@ class _Setting(Generic[T]):
         obj._config = ContextConfig.from_mapping(
             {**dataclasses.asdict(obj._config), self.name: value}
         )
-
-
-_BOOKKEEPING: Final = frozenset({SEQ_KEY, "timestamp"})
-
-
-def _as_seen(message: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``message`` without the store's bookkeeping (sequence id, admission timestamp)."""
-    metadata = message.get("metadata")
-    if not isinstance(metadata, Mapping) or not _BOOKKEEPING.intersection(metadata):
-        if isinstance(metadata, Mapping) and not metadata:
-            return {k: v for k, v in message.items() if k != "metadata"}
-        return message
-    kept = {k: v for k, v in metadata.items() if k not in _BOOKKEEPING}
-    seen = {k: v for k, v in message.items() if k != "metadata"}
-    if kept:
-        seen["metadata"] = kept
-    return seen
 
 
 def notice_reserve(configured: int, budget: int) -> int:
@@ -278,17 +260,13 @@ class ContextStore:
         """
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, list):
             return None  # build_history reports the problem
-        entries = self._history.entries
-        if not entries or len(messages) < len(entries):
-            return None
+        history = self._history
         # Validated as compared: an unrelated list stops at its first message and
         # build_history validates it once, whole.
-        for index, (entry, message) in enumerate(zip(entries, messages, strict=False)):
-            validate_message(message, index)
-            if _as_seen(entry.stored) != _as_seen(cap_tool_result(message, cap)[0]):
-                return None
-        extension = messages[len(entries) :]
-        for index, message in enumerate(extension, start=len(entries)):
+        if not history.entries or not history.starts(messages, cap):
+            return None
+        extension = messages[len(history) :]
+        for index, message in enumerate(extension, start=len(history)):
             validate_message(message, index)
         return extension
 
