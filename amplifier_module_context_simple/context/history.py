@@ -389,9 +389,18 @@ class History:
         return frozenset(open_groups)
 
     def admit(
-        self, message: Mapping[str, Any], *, max_tool_result_bytes: int, stamp_time: bool
+        self,
+        message: Mapping[str, Any],
+        *,
+        max_tool_result_bytes: int,
+        stamp_time: bool,
+        estimated: int | None = None,
     ) -> tuple[Entry, IngressClip | None]:
-        """Admit one validated message; return its entry and any ingress clip."""
+        """Admit one validated message; return its entry and any ingress clip.
+
+        ``estimated``: ``estimate_message`` of the message once capped, when the caller
+        has it; used when the public form shows the same content and tool calls.
+        """
         capped, clip = cap_tool_result(message, max_tool_result_bytes)
         seq = self.next_seq
         timestamp = None
@@ -429,7 +438,16 @@ class History:
             shown_as = {i: run.renames[i] for i in in_place if i in run.renames}
             if shown_as:
                 public = renamed_results(public, shown_as)
-        tokens = estimate_message(public) if public is not None else 0
+        if public is None:
+            tokens = 0
+        elif (
+            estimated is not None
+            and public.get("content") is content
+            and public.get("tool_calls") is capped.get("tool_calls")
+        ):
+            tokens = estimated  # what it would be: the estimate reads nothing else
+        else:
+            tokens = estimate_message(public)
         kind = _kind(info, public)
         entry = Entry(
             seq,
@@ -654,14 +672,16 @@ def build_history(
     items: Sequence[object] = list(messages)
     for index, message in enumerate(items):
         validate_message(message, index)
+    capped = [cap_tool_result(m, max_tool_result_bytes) for m in items]  # type: ignore[arg-type]
+    # Estimated in a pass of their own (the estimator's loop runs faster alone than
+    # between admissions); admission keeps each estimate its public form agrees with.
+    estimates = [estimate_message(message) for message, _ in capped]
     history = History()
-    clips: list[IngressClip] = []
-    for message in items:
-        _, clip = history.admit(
-            message,  # type: ignore[arg-type]
+    for (message, _), estimated in zip(capped, estimates, strict=True):
+        history.admit(
+            message,
             max_tool_result_bytes=max_tool_result_bytes,
             stamp_time=False,
+            estimated=estimated,
         )
-        if clip is not None:
-            clips.append(clip)
-    return history, clips
+    return history, [clip for _, clip in capped if clip is not None]
