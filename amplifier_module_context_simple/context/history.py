@@ -129,14 +129,6 @@ class EntryKind(enum.IntEnum):
 SKIP, BODY, SYSTEM, HOOK_SYSTEM = EntryKind
 
 
-def _kind(info: MessageInfo, public: Mapping[str, Any] | None) -> EntryKind:
-    if public is None:
-        return SKIP
-    if info.is_hook_system:
-        return HOOK_SYSTEM
-    return SYSTEM if info.is_system else BODY
-
-
 def utc_timestamp() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
@@ -389,19 +381,30 @@ class History:
         return frozenset(open_groups)
 
     def admit(
+        self, message: Mapping[str, Any], *, max_tool_result_bytes: int, stamp_time: bool
+    ) -> tuple[Entry, IngressClip | None]:
+        """Admit one validated message, its tool results capped; return its entry and any
+        ingress clip."""
+        capped, clip = cap_tool_result(message, max_tool_result_bytes)
+        entry = self.admit_capped(
+            capped, max_tool_result_bytes=max_tool_result_bytes, stamp_time=stamp_time
+        )
+        return entry, clip
+
+    def admit_capped(
         self,
-        message: Mapping[str, Any],
+        capped: Mapping[str, Any],
         *,
         max_tool_result_bytes: int,
         stamp_time: bool,
         estimated: int | None = None,
-    ) -> tuple[Entry, IngressClip | None]:
-        """Admit one validated message; return its entry and any ingress clip.
+    ) -> Entry:
+        """Admit one validated message whose tool results ``cap_tool_result`` already
+        capped to ``max_tool_result_bytes``; return its entry.
 
-        ``estimated``: ``estimate_message`` of the message once capped, when the caller
-        has it; used when the public form shows the same content and tool calls.
+        ``estimated``: ``estimate_message(capped)``, when the caller has it; used when the
+        public form shows the same content and tool calls (all an estimate reads).
         """
-        capped, clip = cap_tool_result(message, max_tool_result_bytes)
         seq = self.next_seq
         timestamp = None
         if stamp_time and "timestamp" not in metadata_of(capped):
@@ -419,10 +422,11 @@ class History:
             orphans = frozenset(info.result_ids).difference(in_place)
         public: dict[str, Any] | None
         content = capped.get("content")
+        plain = False  # whether ``public`` is a plain copy of ``capped``
         if info.reference_only or (info.is_result_carrier and not in_place):
             public = None
         elif capped.get("metadata") is None and not isinstance(content, list):
-            public = dict(capped)  # what ``public_form`` gives here, for less
+            public, plain = dict(capped), True  # what ``public_form`` gives here, for less
         elif isinstance(content, list) and content:
             public = public_form(capped, orphans)
             if not public["content"]:
@@ -430,35 +434,40 @@ class History:
         else:
             public = public_form(capped, frozenset())
         renames: dict[str, str] = {}
-        if public is not None and info.role == "assistant" and info.call_ids:
-            renames = fresh_ids(info.call_ids, self._declared)
-            if renames:
-                public = renamed_calls(public, renames)
-        elif public is not None and run is not None and run.renames:
-            shown_as = {i: run.renames[i] for i in in_place if i in run.renames}
-            if shown_as:
-                public = renamed_results(public, shown_as)
-        if public is None:
-            tokens = 0
-        elif (
-            estimated is not None
-            and public.get("content") is content
-            and public.get("tool_calls") is capped.get("tool_calls")
-        ):
-            tokens = estimated  # what it would be: the estimate reads nothing else
-        else:
-            tokens = estimate_message(public)
-        kind = _kind(info, public)
+        if public is not None:
+            if info.call_ids:  # an assistant's: a reused id is shown under a fresh name
+                if not self._declared.isdisjoint(info.call_ids):
+                    renames = fresh_ids(info.call_ids, self._declared)
+                    public, plain = renamed_calls(public, renames), False
+            elif run is not None and run.renames:
+                shown_as = {i: run.renames[i] for i in in_place if i in run.renames}
+                if shown_as:
+                    public, plain = renamed_results(public, shown_as), False
+        kind = SKIP
+        tokens = 0
+        if public is not None:
+            kind = HOOK_SYSTEM if info.is_hook_system else SYSTEM if info.is_system else BODY
+            if estimated is not None and (
+                plain
+                or (
+                    public.get("content") is content
+                    and public.get("tool_calls") is capped.get("tool_calls")
+                )
+            ):
+                tokens = estimated  # what it would be: the estimate reads nothing else
+            else:
+                tokens = estimate_message(public)
+        # what was given: usually the public form itself (equal to it, and the store's own)
+        given = public if public is not None and (plain or public == capped) else None
         entry = Entry(
             seq,
-            # usually the public form itself: equal to what was given, and the store's own
-            public if public is not None and public == capped else _own_copy(capped),
+            _own_copy(capped) if given is None else given,
             timestamp,
             public,
             info,
             tokens,
             kind,
-            public is not None and isinstance(public.get("metadata"), dict),
+            not plain and public is not None and isinstance(public.get("metadata"), dict),
         )
         self.entries.append(entry)
         self.widest_cap = max(self.widest_cap, max_tool_result_bytes)
@@ -475,7 +484,7 @@ class History:
             if info.is_envelope:
                 self.latest_envelope[capped["content"]] = seq
         self.body_prefix.append(self.body_prefix[-1] + self._body_added)
-        return entry, clip
+        return entry
 
     def starts(self, messages: Sequence[object], max_tool_result_bytes: int) -> bool:
         """Whether ``messages`` begins with this history's messages as a provider sees
@@ -678,7 +687,7 @@ def build_history(
     estimates = [estimate_message(message) for message, _ in capped]
     history = History()
     for (message, _), estimated in zip(capped, estimates, strict=True):
-        history.admit(
+        history.admit_capped(
             message,
             max_tool_result_bytes=max_tool_result_bytes,
             stamp_time=False,

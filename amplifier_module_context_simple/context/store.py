@@ -214,7 +214,7 @@ class ContextStore:
         if clip is not None:
             # Reported before admission: a cancelled delivery admits nothing.
             await self._report_clip(clip)
-        self._history.admit(capped, max_tool_result_bytes=cap, stamp_time=True)
+        self._history.admit_capped(capped, max_tool_result_bytes=cap, stamp_time=True)
 
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
         """Replace the history (session resume), or extend it.
@@ -249,7 +249,7 @@ class ContextStore:
             self._reset(build_history(messages, max_tool_result_bytes=cap)[0])
             return
         for message, _ in capped:
-            self._history.admit(message, max_tool_result_bytes=cap, stamp_time=False)
+            self._history.admit_capped(message, max_tool_result_bytes=cap, stamp_time=False)
 
     def _extension_of(self, messages: object, cap: int) -> list[Mapping[str, Any]] | None:
         """The messages ``messages`` adds to the current history, or None when it does not
