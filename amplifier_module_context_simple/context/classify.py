@@ -18,6 +18,7 @@ Tool calls and results are recognised in all three formats the ecosystem stores:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple, TypeGuard
 
@@ -74,6 +75,10 @@ class MessageInfo(NamedTuple):
     # message whose every content block is a tool_result); such messages travel with
     # their call group and are never treated as a human or reminder turn.
     is_result_carrier: bool = False
+
+
+_make_info: Final = partial(tuple.__new__, MessageInfo)
+"""``MessageInfo`` from all its fields in order: without ``__new__``'s keyword binding."""
 
 
 def is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
@@ -182,14 +187,21 @@ def classify(message: Mapping[str, Any]) -> MessageInfo:
     is_user = role == "user"
     metadata = metadata_of(message)
     if not metadata:  # what the general case below gives for no metadata, for less
-        return MessageInfo(
-            role,
-            is_system=role == "system",
-            is_human=is_user and not is_result_carrier,
-            is_developer=role == "developer",
-            call_ids=call_ids,
-            result_ids=result_ids,
-            is_result_carrier=is_result_carrier,
+        return _make_info(
+            (
+                role,
+                role == "system",  # is_system
+                False,  # is_hook_system
+                is_user and not is_result_carrier,  # is_human
+                False,  # is_envelope
+                False,  # is_notice
+                role == "developer",  # is_developer
+                False,  # has_loaded_tool_state
+                False,  # reference_only
+                call_ids,
+                result_ids,
+                is_result_carrier,
+            )
         )
     source = metadata.get("source")
     return MessageInfo(

@@ -135,7 +135,7 @@ def utc_timestamp() -> str:
 
 def validate_message(message: object, index: int | None = None) -> Mapping[str, Any]:
     """Check the shape admission relies on; raise ``InvalidMessageError`` otherwise."""
-    if not is_mapping(message):
+    if type(message) is not dict and not isinstance(message, Mapping):
         raise InvalidMessageError(
             f"a message must be a dict, got {type(message).__name__}", index=index
         )
@@ -145,7 +145,7 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
             f"a message needs a non-empty string 'role', got {role!r}", index=index
         )
     metadata = message.get("metadata")
-    if metadata is not None and not is_mapping(metadata):
+    if metadata is not None and type(metadata) is not dict and not isinstance(metadata, Mapping):
         raise InvalidMessageError(
             f"'metadata' must be a dict when present, got {type(metadata).__name__}",
             index=index,
@@ -563,10 +563,12 @@ class History:
                 return
             self.order.append(seq)
             return
+        unanswered = self.unanswered[run.owner]
         for call_id in in_place:
             del run.pending[call_id]
-            self.unanswered[run.owner].discard(call_id)
-        self._union(run.owner, seq)
+            unanswered.discard(call_id)
+        # link to the call's group: ``seq`` is new (its own group) and later than the call
+        self._parent[seq] = self.group_of(run.owner)
         if info.is_result_carrier:
             position = run.pure_end
             run.pure_end += 1
@@ -626,12 +628,6 @@ class History:
         else:
             self.order.insert(position, item)
             self.order_version += 1
-
-    def _union(self, a: int, b: int) -> None:
-        ra, rb = self.group_of(a), self.group_of(b)
-        if ra != rb:
-            # the earlier message is the representative, so a group is named by its call
-            self._parent[max(ra, rb)] = min(ra, rb)
 
 
 _GIVEN: Final = attrgetter("given")
