@@ -592,6 +592,10 @@ class _Collector:
         if kind is dict:
             self.block(content, depth)
             return
+        if kind is list and depth < _MAX_DEPTH:
+            for block in content:
+                self.content(block, depth + 1)
+            return
         content = _as_mapping(content)
         if content is None:
             return
@@ -650,11 +654,15 @@ class _Collector:
             name = source.get("name")
             if name is None:
                 name = call.get("tool")
-            self.value(name)
             arguments = source.get("arguments")
             if arguments is None:
                 arguments = source.get("input")
-            self.value(arguments)
+            for value in (name, arguments):
+                if type(value) is str:  # ``value`` inlined for the commonest case
+                    if value:
+                        self.texts.append(value)
+                else:
+                    self.value(value)
 
 
 def provider_texts(message: Mapping[str, Any]) -> tuple[list[str], int]:
