@@ -113,6 +113,11 @@ class Entry(NamedTuple):
         return {**self.given, "metadata": metadata}
 
 
+_make_entry: Final = partial(tuple.__new__, Entry)
+"""``Entry`` from all its fields in order: without ``__new__``'s argument binding."""
+_NO_IDS: Final[frozenset[str]] = frozenset()
+
+
 class EntryKind(enum.IntEnum):
     """How views use an admitted message."""
 
@@ -415,11 +420,18 @@ class History:
         # at all) never reach a view: a provider rejects a result without its call.
         run = self._run
         in_place: tuple[str, ...] = ()
-        orphans: frozenset[str] = frozenset()
-        if info.result_ids:
+        orphans = _NO_IDS
+        result_ids = info.result_ids
+        if result_ids:
             answerable = run.pending if run is not None else {}
-            in_place = tuple(i for i in info.result_ids if i in answerable)
-            orphans = frozenset(info.result_ids).difference(in_place)
+            if len(result_ids) == 1:  # the commonest carrier: the same, without the loops
+                if result_ids[0] in answerable:
+                    in_place = result_ids
+                else:
+                    orphans = frozenset(result_ids)
+            else:
+                in_place = tuple(i for i in result_ids if i in answerable)
+                orphans = frozenset(result_ids).difference(in_place)
         public: dict[str, Any] | None
         content = capped.get("content")
         plain = False  # whether ``public`` is a plain copy of ``capped``
@@ -459,15 +471,17 @@ class History:
                 tokens = estimate_message(public)
         # what was given: usually the public form itself (equal to it, and the store's own)
         given = public if public is not None and (plain or public == capped) else None
-        entry = Entry(
-            seq,
-            _own_copy(capped) if given is None else given,
-            timestamp,
-            public,
-            info,
-            tokens,
-            kind,
-            not plain and public is not None and isinstance(public.get("metadata"), dict),
+        entry = _make_entry(
+            (
+                seq,
+                _own_copy(capped) if given is None else given,  # given
+                timestamp,
+                public,
+                info,
+                tokens,
+                kind,
+                not plain and public is not None and isinstance(public.get("metadata"), dict),
+            )
         )
         self.entries.append(entry)
         self.widest_cap = max(self.widest_cap, max_tool_result_bytes)
