@@ -691,16 +691,22 @@ def build_history(
     items: Sequence[object] = list(messages)
     for index, message in enumerate(items):
         validate_message(message, index)
-    capped = [cap_tool_result(m, max_tool_result_bytes) for m in items]  # type: ignore[arg-type]
+    capped: list[Mapping[str, Any]] = []
+    clips: list[IngressClip] = []
+    for message in items:
+        capped_message, clip = cap_tool_result(message, max_tool_result_bytes)  # type: ignore[arg-type]
+        capped.append(capped_message)
+        if clip is not None:
+            clips.append(clip)
     # Estimated in a pass of their own (the estimator's loop runs faster alone than
     # between admissions); admission keeps each estimate its public form agrees with.
-    estimates = [estimate_message(message) for message, _ in capped]
+    estimates = list(map(estimate_message, capped))
     history = History()
-    for (message, _), estimated in zip(capped, estimates, strict=True):
+    for message, estimated in zip(capped, estimates, strict=True):
         history.admit_capped(
             message,
             max_tool_result_bytes=max_tool_result_bytes,
             stamp_time=False,
             estimated=estimated,
         )
-    return history, [clip for _, clip in capped if clip is not None]
+    return history, clips
