@@ -224,7 +224,10 @@ class ContextStore:
         ignored), only the rest is admitted and the sticky decisions, cached estimates and
         the floor mark stay: an orchestrator that re-sets the whole list after every turn
         gets the same views as one that appends. Any other list replaces the history and
-        resets the sticky decisions.
+        resets the sticky decisions. Messages are compared by their current content, never
+        by identity (see ``History.starts``): a message or metadata dict that the caller
+        changed in place since it gave it is a different message. Nested values are shared
+        with the stored history and read-only by contract; a change inside one is not seen.
 
         Sequence ids are reassigned in order on a replacement; no timestamps are added.
         The whole batch is validated first: a bad message raises ``InvalidMessageError``
