@@ -437,7 +437,11 @@ class History:
         plain = False  # whether ``public`` is a plain copy of ``capped``
         if info.reference_only or (info.is_result_carrier and not in_place):
             public = None
-        elif capped.get("metadata") is None and not isinstance(content, list):
+        elif (
+            type(capped) is dict
+            and capped.get("metadata") is None
+            and not isinstance(content, list)
+        ):
             public, plain = dict(capped), True  # what ``public_form`` gives here, for less
         elif isinstance(content, list) and content:
             public = public_form(capped, orphans)
