@@ -692,13 +692,12 @@ def build_history(
         raise InvalidMessageError(
             f"set_messages needs a list of message dicts, got {type(messages).__name__}"
         )
-    items: Sequence[object] = list(messages)
-    for index, message in enumerate(items):
-        validate_message(message, index)
     capped: list[Mapping[str, Any]] = []
     clips: list[IngressClip] = []
-    for message in items:
-        capped_message, clip = cap_tool_result(message, max_tool_result_bytes)  # type: ignore[arg-type]
+    for index, message in enumerate(list(messages)):
+        capped_message, clip = cap_tool_result(
+            validate_message(message, index), max_tool_result_bytes
+        )
         capped.append(capped_message)
         if clip is not None:
             clips.append(clip)
