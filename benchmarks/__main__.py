@@ -428,8 +428,9 @@ Legend
 - Session resume: a fresh SimpleContextManager().set_messages(history) against
   json.dumps(history) of the same list (ratio of CPU medians; wall ms in brackets); then,
   on that store, set_messages(history + one new message) (an extension: decisions kept,
-  only the new message admitted, but every earlier message is compared to the stored
-  one) and one add_message.
+  only the new message admitted; every earlier message is still compared, dict equality
+  in C against the message as it was given, so each of the caller's dicts is read once)
+  and one add_message.
 - Memory: history = tracemalloc current after decoding the session JSON and admitting it
   (the decoded list dropped): what the manager keeps, content included. Request extra =
   tracemalloc peak during one steady-state request minus current before it (the returned

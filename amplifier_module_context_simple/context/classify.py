@@ -18,8 +18,9 @@ Tool calls and results are recognised in all three formats the ecosystem stores:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from functools import partial
+from types import MappingProxyType
+from typing import Any, Final, NamedTuple, TypeGuard
 
 __all__ = (
     "LOADED_TOOL_STATE_METADATA_KEYS",
@@ -33,6 +34,7 @@ __all__ = (
     "classify",
     "declared_call_ids",
     "has_anonymous_results",
+    "is_mapping",
     "metadata_of",
 )
 
@@ -46,13 +48,17 @@ PUBLIC_METADATA_KEYS: Final = frozenset(
         "amplifier_public_reference_only",
     }
 )
+_NO_METADATA: Final[Mapping[str, Any]] = MappingProxyType({})
 _CALL_BLOCK_TYPES: Final = frozenset({"tool_use", "tool_call"})
 _RESULT_BLOCK_TYPES: Final = frozenset({"tool_result"})
 
 
-@dataclass(frozen=True, slots=True)
-class MessageInfo:
-    """What the policy needs to know about one message, decided at admission."""
+class MessageInfo(NamedTuple):
+    """What the policy needs to know about one message, decided at admission.
+
+    A named tuple: immutable, and built once per admitted message at a fraction of a
+    frozen dataclass's cost (a session resume builds thousands).
+    """
 
     role: str
     is_system: bool = False
@@ -71,9 +77,19 @@ class MessageInfo:
     is_result_carrier: bool = False
 
 
+_make_info: Final = partial(tuple.__new__, MessageInfo)
+"""``MessageInfo`` from all its fields in order: without ``__new__``'s keyword binding."""
+
+
+def is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
+    """``isinstance(value, Mapping)``, with plain dicts (nearly every value) checked first:
+    an ABC check costs several times a type comparison, per block of every message."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def block_field(block: object, key: str) -> Any:
     """Read ``key`` from a content block given as a dict or as a model object."""
-    if isinstance(block, Mapping):
+    if type(block) is dict or isinstance(block, Mapping):
         return block.get(key)
     return getattr(block, key, None)
 
@@ -86,6 +102,12 @@ def block_type(block: object) -> str | None:
 
 def block_id(block: object, *keys: str) -> str | None:
     """The first non-empty string among ``keys`` of a block (junk ids read as None)."""
+    if type(block) is dict:
+        for key in keys:
+            value = block.get(key)
+            if isinstance(value, str) and value:
+                return value
+        return None
     for key in keys:
         value = block_field(block, key)
         if isinstance(value, str) and value:
@@ -95,7 +117,7 @@ def block_id(block: object, *keys: str) -> str | None:
 
 def metadata_of(message: Mapping[str, Any]) -> Mapping[str, Any]:
     metadata = message.get("metadata")
-    return metadata if isinstance(metadata, Mapping) else {}
+    return metadata if metadata is not None and is_mapping(metadata) else _NO_METADATA
 
 
 def declared_call_ids(message: Mapping[str, Any]) -> tuple[str, ...]:
@@ -155,10 +177,33 @@ def has_anonymous_results(message: Mapping[str, Any]) -> bool:
 def classify(message: Mapping[str, Any]) -> MessageInfo:
     """Classify one well-formed message (a dict with a string ``role``)."""
     role = message["role"]
-    metadata = metadata_of(message)
-    source = metadata.get("source")
-    result_ids, is_result_carrier = carried_result_ids(message)
+    call_ids: tuple[str, ...] = ()
+    if role == "assistant":
+        call_ids = declared_call_ids(message)
+        result_ids: tuple[str, ...] = ()
+        is_result_carrier = False
+    else:
+        result_ids, is_result_carrier = carried_result_ids(message)
     is_user = role == "user"
+    metadata = metadata_of(message)
+    if not metadata:  # what the general case below gives for no metadata, for less
+        return _make_info(
+            (
+                role,
+                role == "system",  # is_system
+                False,  # is_hook_system
+                is_user and not is_result_carrier,  # is_human
+                False,  # is_envelope
+                False,  # is_notice
+                role == "developer",  # is_developer
+                False,  # has_loaded_tool_state
+                False,  # reference_only
+                call_ids,
+                result_ids,
+                is_result_carrier,
+            )
+        )
+    source = metadata.get("source")
     return MessageInfo(
         role=role,
         is_system=role == "system",
@@ -179,7 +224,7 @@ def classify(message: Mapping[str, Any]) -> MessageInfo:
         is_developer=role == "developer",
         has_loaded_tool_state=any(metadata.get(k) for k in LOADED_TOOL_STATE_METADATA_KEYS),
         reference_only=metadata.get("amplifier_public_reference_only") is True,
-        call_ids=declared_call_ids(message),
+        call_ids=call_ids,
         result_ids=result_ids,
         is_result_carrier=is_result_carrier,
     )

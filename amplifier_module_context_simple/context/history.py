@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from itertools import compress, count
+from operator import attrgetter, ne
+from typing import Any, Final, NamedTuple
 
 from ..errors import InvalidMessageError
 from .classify import (
@@ -42,6 +45,8 @@ from .classify import (
     block_id,
     block_type,
     classify,
+    is_mapping,
+    metadata_of,
 )
 from .estimate import estimate_message
 from .ids import fresh_ids, renamed_calls, renamed_results
@@ -74,13 +79,19 @@ SEQ_KEY = "_seq"
 _VALID_CONTENT = (str, list)
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One admitted message and everything decided about it at admission."""
+class Entry(NamedTuple):
+    """One admitted message and everything decided about it at admission.
+
+    A named tuple: immutable, and cheap to build (a session resume builds thousands).
+    """
 
     seq: int
-    stored: dict[str, Any]
-    """The message as admitted (metadata carries ``_seq``); never mutated."""
+    given: dict[str, Any]
+    """The message as the caller gave it, after the ingress cap; never mutated. Its
+    top-level and metadata dicts are the store's own (the public form itself when the two
+    are equal); nested values are shared with the caller (read-only by contract)."""
+    timestamp: str | None
+    """The admission time ``add_message`` stamped (None when it added none)."""
     public: dict[str, Any] | None
     """The provider-facing form (no ``_seq``, no history-only keys, no orphan results);
     None when the message never reaches a view (reference-only row, orphan result)."""
@@ -90,6 +101,21 @@ class Entry:
     """How views use it."""
     has_metadata: bool
     """Whether the public form has a metadata dict (views copy it)."""
+
+    @property
+    def stored(self) -> dict[str, Any]:
+        """The message as ``get_messages`` returns it: as given, its metadata carrying
+        ``_seq`` (and the stamped timestamp). A new dict, with a new metadata dict."""
+        metadata = dict(self.given.get("metadata") or {})
+        if self.timestamp is not None:
+            metadata["timestamp"] = self.timestamp
+        metadata[SEQ_KEY] = self.seq
+        return {**self.given, "metadata": metadata}
+
+
+_make_entry: Final = partial(tuple.__new__, Entry)
+"""``Entry`` from all its fields in order: without ``__new__``'s argument binding."""
+_NO_IDS: Final[frozenset[str]] = frozenset()
 
 
 class EntryKind(enum.IntEnum):
@@ -108,21 +134,13 @@ class EntryKind(enum.IntEnum):
 SKIP, BODY, SYSTEM, HOOK_SYSTEM = EntryKind
 
 
-def _kind(info: MessageInfo, public: Mapping[str, Any] | None) -> EntryKind:
-    if public is None:
-        return SKIP
-    if info.is_hook_system:
-        return HOOK_SYSTEM
-    return SYSTEM if info.is_system else BODY
-
-
 def utc_timestamp() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def validate_message(message: object, index: int | None = None) -> Mapping[str, Any]:
     """Check the shape admission relies on; raise ``InvalidMessageError`` otherwise."""
-    if not isinstance(message, Mapping):
+    if type(message) is not dict and not isinstance(message, Mapping):
         raise InvalidMessageError(
             f"a message must be a dict, got {type(message).__name__}", index=index
         )
@@ -132,7 +150,7 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
             f"a message needs a non-empty string 'role', got {role!r}", index=index
         )
     metadata = message.get("metadata")
-    if metadata is not None and not isinstance(metadata, Mapping):
+    if metadata is not None and type(metadata) is not dict and not isinstance(metadata, Mapping):
         raise InvalidMessageError(
             f"'metadata' must be a dict when present, got {type(metadata).__name__}",
             index=index,
@@ -144,9 +162,7 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
             index=index,
         )
     calls = message.get("tool_calls")
-    if calls is not None and not (
-        isinstance(calls, list) and all(isinstance(c, Mapping) for c in calls)
-    ):
+    if calls is not None and not (isinstance(calls, list) and all(map(is_mapping, calls))):
         raise InvalidMessageError("'tool_calls' must be a list of dicts when present", index=index)
     call_id = message.get("tool_call_id")
     if call_id is not None and not isinstance(call_id, str):
@@ -155,7 +171,8 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
         )
     for call in calls or ():
         for key in ("id", "tool_call_id"):
-            if call.get(key) is not None and not isinstance(call.get(key), str):
+            value = call.get(key)
+            if value is not None and not isinstance(value, str):
                 raise InvalidMessageError(f"tool call {key!r} must be a string", index=index)
     if isinstance(content, list):
         for position, block in enumerate(content):
@@ -173,13 +190,14 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
 
 def _validate_block(block: object, position: int, index: int | None) -> None:
     """A block's ``type`` and tool ids, when present, are strings (unknown blocks pass)."""
-    kind = block_field(block, "type")
+    read = block.get if type(block) is dict else partial(block_field, block)
+    kind = read("type")
     if kind is not None and not isinstance(kind, str):
         raise InvalidMessageError(
             f"content block {position}: 'type' must be a string, got {kind!r}", index=index
         )
     for key in ("id", "tool_use_id", "tool_call_id"):
-        value = block_field(block, key)
+        value = read(key)
         if value is not None and not isinstance(value, str):
             raise InvalidMessageError(
                 f"content block {position}: {key!r} must be a string, got {value!r}", index=index
@@ -201,7 +219,7 @@ def public_form(admitted: Mapping[str, Any], drop_results: frozenset[str]) -> di
     """
     message = dict(admitted)
     metadata = message.get("metadata")
-    if isinstance(metadata, Mapping):
+    if metadata is not None and is_mapping(metadata):
         message["metadata"] = {
             k: v for k, v in metadata.items() if k != SEQ_KEY and k not in PUBLIC_METADATA_KEYS
         }
@@ -240,6 +258,15 @@ def copy_message(message: Mapping[str, Any]) -> dict[str, Any]:
     metadata = copied.get("metadata")
     if isinstance(metadata, dict):
         copied["metadata"] = metadata.copy()
+    return copied
+
+
+def _own_copy(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A new dict with its own metadata dict (of any mapping); nested values are shared."""
+    copied = dict(message)
+    metadata = copied.get("metadata")
+    if metadata is not None and is_mapping(metadata):
+        copied["metadata"] = dict(metadata)
     return copied
 
 
@@ -312,6 +339,8 @@ class History:
     body_prefix: list[int] = field(default_factory=lambda: [0])
     """``body_prefix[n]``: see ``uncompacted_body_tokens``."""
     _body_added: int = 0
+    widest_cap: int = 0
+    """The largest ``max_tool_result_bytes`` any admission used."""
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -364,53 +393,109 @@ class History:
     def admit(
         self, message: Mapping[str, Any], *, max_tool_result_bytes: int, stamp_time: bool
     ) -> tuple[Entry, IngressClip | None]:
-        """Admit one validated message; return its entry and any ingress clip."""
+        """Admit one validated message, its tool results capped; return its entry and any
+        ingress clip."""
         capped, clip = cap_tool_result(message, max_tool_result_bytes)
+        entry = self.admit_capped(
+            capped, max_tool_result_bytes=max_tool_result_bytes, stamp_time=stamp_time
+        )
+        return entry, clip
+
+    def admit_capped(
+        self,
+        capped: Mapping[str, Any],
+        *,
+        max_tool_result_bytes: int,
+        stamp_time: bool,
+        estimated: int | None = None,
+    ) -> Entry:
+        """Admit one validated message whose tool results ``cap_tool_result`` already
+        capped to ``max_tool_result_bytes``; return its entry.
+
+        ``estimated``: ``estimate_message(capped)``, when the caller has it; used when the
+        public form shows the same content and tool calls (all an estimate reads).
+        """
         seq = self.next_seq
-        metadata = dict(capped.get("metadata") or {})
-        if stamp_time and "timestamp" not in metadata:
-            metadata["timestamp"] = utc_timestamp()
-        metadata[SEQ_KEY] = seq
-        stored = {**capped, "metadata": metadata}
-        info = classify(stored)
+        timestamp = None
+        if stamp_time and "timestamp" not in metadata_of(capped):
+            timestamp = utc_timestamp()
+        info = classify(capped)
         # Everything that can fail happens before the first mutation of the history.
         # Results that answer nothing in the open run (orphans, or results naming no call
         # at all) never reach a view: a provider rejects a result without its call.
         run = self._run
-        answerable = run.pending if run is not None else {}
-        in_place = tuple(i for i in info.result_ids if i in answerable)
-        orphans = frozenset(info.result_ids).difference(in_place)
+        in_place: tuple[str, ...] = ()
+        orphans = _NO_IDS
+        result_ids = info.result_ids
+        if result_ids:
+            answerable = run.pending if run is not None else {}
+            if len(result_ids) == 1:  # the commonest carrier: the same, without the loops
+                if result_ids[0] in answerable:
+                    in_place = result_ids
+                else:
+                    orphans = frozenset(result_ids)
+            else:
+                in_place = tuple(i for i in result_ids if i in answerable)
+                orphans = frozenset(result_ids).difference(in_place)
         public: dict[str, Any] | None
+        content = capped.get("content")
+        plain = False  # whether ``public`` is a plain copy of ``capped``
         if info.reference_only or (info.is_result_carrier and not in_place):
             public = None
-        elif isinstance(capped.get("content"), list) and capped["content"]:
+        elif (
+            type(capped) is dict
+            and capped.get("metadata") is None
+            and not isinstance(content, list)
+        ):
+            public, plain = dict(capped), True  # what ``public_form`` gives here, for less
+        elif isinstance(content, list) and content:
             public = public_form(capped, orphans)
             if not public["content"]:
                 public = None  # it carried nothing but results that answer nothing
         else:
             public = public_form(capped, frozenset())
         renames: dict[str, str] = {}
-        if public is not None and info.role == "assistant" and info.call_ids:
-            renames = fresh_ids(info.call_ids, self._declared)
-            if renames:
-                public = renamed_calls(public, renames)
-        elif public is not None and run is not None and run.renames:
-            shown_as = {i: run.renames[i] for i in in_place if i in run.renames}
-            if shown_as:
-                public = renamed_results(public, shown_as)
-        tokens = estimate_message(public) if public is not None else 0
-        entry = Entry(
-            seq=seq,
-            stored=stored,
-            public=public,
-            info=info,
-            tokens=tokens,
-            kind=_kind(info, public),
-            has_metadata=public is not None and isinstance(public.get("metadata"), dict),
+        if public is not None:
+            if info.call_ids:  # an assistant's: a reused id is shown under a fresh name
+                if not self._declared.isdisjoint(info.call_ids):
+                    renames = fresh_ids(info.call_ids, self._declared)
+                    public, plain = renamed_calls(public, renames), False
+            elif run is not None and run.renames:
+                shown_as = {i: run.renames[i] for i in in_place if i in run.renames}
+                if shown_as:
+                    public, plain = renamed_results(public, shown_as), False
+        kind = SKIP
+        tokens = 0
+        if public is not None:
+            kind = HOOK_SYSTEM if info.is_hook_system else SYSTEM if info.is_system else BODY
+            if estimated is not None and (
+                plain
+                or (
+                    public.get("content") is content
+                    and public.get("tool_calls") is capped.get("tool_calls")
+                )
+            ):
+                tokens = estimated  # what it would be: the estimate reads nothing else
+            else:
+                tokens = estimate_message(public)
+        # what was given: usually the public form itself (equal to it, and the store's own)
+        given = public if public is not None and (plain or public == capped) else None
+        entry = _make_entry(
+            (
+                seq,
+                _own_copy(capped) if given is None else given,  # given
+                timestamp,
+                public,
+                info,
+                tokens,
+                kind,
+                not plain and public is not None and isinstance(public.get("metadata"), dict),
+            )
         )
         self.entries.append(entry)
+        self.widest_cap = max(self.widest_cap, max_tool_result_bytes)
         self.next_seq = seq + 1
-        self._body_added = tokens if entry.kind == BODY else 0
+        self._body_added = tokens if kind == BODY else 0
         if public is not None:
             # A message no view shows (a reference-only row, an orphan) declares and
             # answers nothing: linking it would show a result whose call is never shown.
@@ -420,9 +505,50 @@ class History:
                     self.first_human = seq
                 self.last_human = seq
             if info.is_envelope:
-                self.latest_envelope[stored["content"]] = seq
+                self.latest_envelope[capped["content"]] = seq
         self.body_prefix.append(self.body_prefix[-1] + self._body_added)
-        return entry, clip
+        return entry
+
+    def starts(self, messages: Sequence[object], max_tool_result_bytes: int) -> bool:
+        """Whether ``messages`` begins with this history's messages as a provider sees
+        them: each equal to its entry once capped to ``max_tool_result_bytes``, ignoring
+        the store's ``_seq`` and timestamps (and an empty metadata dict).
+
+        Each message is first compared (``==``, in C) with the message as it was given,
+        then with its stored form (what ``get_messages`` returned); only one equal to
+        neither is validated, capped and compared without the bookkeeping. A dict is
+        compared by its current content, never by identity (the store keeps its own
+        top-level and metadata dicts), so a caller that changed a message in place since
+        it was given - a key replaced, added or removed, in the message or its metadata -
+        is seen to differ. Nested values (content lists, blocks, tool calls) are shared
+        with the stored history (read-only by contract): a change inside one is not seen.
+
+        Raises:
+            InvalidMessageError: a message it had to look into is malformed (naming its
+                index); messages equal to an entry are valid as that entry was.
+        """
+        entries = self.entries
+        end = len(entries)
+        if len(messages) < end:
+            return False
+        # Under a cap no narrower than any admission used, capping leaves an admitted
+        # message (and anything equal to it) as it is: plain equality decides.
+        fast = max_tool_result_bytes >= self.widest_cap
+        index = 0
+        while index < end:
+            if fast:
+                index = _first_difference(entries, messages, index, end, _GIVEN)
+                if index < end:
+                    index = _first_difference(entries, messages, index, end, _STORED)
+                if index == end:
+                    return True
+            message = messages[index]
+            validate_message(message, index)
+            capped = cap_tool_result(message, max_tool_result_bytes)[0]  # type: ignore[arg-type]
+            if _as_seen(entries[index].given) != _as_seen(capped):
+                return False
+            index += 1
+        return True
 
     def uncompacted_body_tokens(self, length: int) -> int:
         """Estimated tokens of the non-system messages a view of ``length`` entries shows
@@ -460,10 +586,12 @@ class History:
                 return
             self.order.append(seq)
             return
+        unanswered = self.unanswered[run.owner]
         for call_id in in_place:
             del run.pending[call_id]
-            self.unanswered[run.owner].discard(call_id)
-        self._union(run.owner, seq)
+            unanswered.discard(call_id)
+        # link to the call's group: ``seq`` is new (its own group) and later than the call
+        self._parent[seq] = self.group_of(run.owner)
         if info.is_result_carrier:
             position = run.pure_end
             run.pure_end += 1
@@ -524,11 +652,37 @@ class History:
             self.order.insert(position, item)
             self.order_version += 1
 
-    def _union(self, a: int, b: int) -> None:
-        ra, rb = self.group_of(a), self.group_of(b)
-        if ra != rb:
-            # the earlier message is the representative, so a group is named by its call
-            self._parent[max(ra, rb)] = min(ra, rb)
+
+_GIVEN: Final = attrgetter("given")
+_STORED: Final = attrgetter("stored")
+_BOOKKEEPING: Final = frozenset({SEQ_KEY, "timestamp"})
+
+
+def _first_difference(
+    entries: list[Entry],
+    messages: Sequence[object],
+    start: int,
+    end: int,
+    form: Callable[[Entry], Mapping[str, Any]],
+) -> int:
+    """The first index from ``start`` whose message is not ``==`` to ``form`` of its
+    entry, or ``end`` (the loop runs in C: ``map``, ``compress``, dict equality)."""
+    differs = map(ne, map(form, entries[start:end]), messages[start:end])
+    return next(compress(count(start), differs), end)
+
+
+def _as_seen(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``message`` without the store's bookkeeping (sequence id, admission timestamp)."""
+    metadata = message.get("metadata")
+    if not isinstance(metadata, Mapping) or not _BOOKKEEPING.intersection(metadata):
+        if isinstance(metadata, Mapping) and not metadata:
+            return {k: v for k, v in message.items() if k != "metadata"}
+        return message
+    kept = {k: v for k, v in metadata.items() if k not in _BOOKKEEPING}
+    seen = {k: v for k, v in message.items() if k != "metadata"}
+    if kept:
+        seen["metadata"] = kept
+    return seen
 
 
 def build_history(
@@ -543,17 +697,24 @@ def build_history(
         raise InvalidMessageError(
             f"set_messages needs a list of message dicts, got {type(messages).__name__}"
         )
-    items: Sequence[object] = list(messages)
-    for index, message in enumerate(items):
-        validate_message(message, index)
-    history = History()
+    capped: list[Mapping[str, Any]] = []
     clips: list[IngressClip] = []
-    for message in items:
-        _, clip = history.admit(
-            message,  # type: ignore[arg-type]
-            max_tool_result_bytes=max_tool_result_bytes,
-            stamp_time=False,
+    for index, message in enumerate(list(messages)):
+        capped_message, clip = cap_tool_result(
+            validate_message(message, index), max_tool_result_bytes
         )
+        capped.append(capped_message)
         if clip is not None:
             clips.append(clip)
+    # Estimated in a pass of their own (the estimator's loop runs faster alone than
+    # between admissions); admission keeps each estimate its public form agrees with.
+    estimates = list(map(estimate_message, capped))
+    history = History()
+    for message, estimated in zip(capped, estimates, strict=True):
+        history.admit_capped(
+            message,
+            max_tool_result_bytes=max_tool_result_bytes,
+            stamp_time=False,
+            estimated=estimated,
+        )
     return history, clips

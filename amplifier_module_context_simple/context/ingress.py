@@ -137,6 +137,8 @@ def cap_tool_result(
     role = message.get("role")
     content = message.get("content")
     if role == "tool":
+        if type(content) is str and len(content) * 4 <= max_bytes:
+            return message, None  # the commonest result: within the cap, however encoded
         capped = _cap_content(content, max_bytes)
         if capped is None:
             return message, None
@@ -196,6 +198,8 @@ def _cap_content(content: object, max_bytes: int) -> _Capped | None:
 
 
 def _cap_string(content: str, max_bytes: int) -> _Capped | None:
+    if len(content) * 4 <= max_bytes:
+        return None  # no character takes more than 4 UTF-8 bytes: no need to count them
     original = utf8_size(content)
     if original <= max_bytes:
         return None

@@ -33,10 +33,8 @@ from .config import TOKEN_METER_ACTUAL, ContextConfig
 from .decisions import Decisions
 from .estimate import estimate_message
 from .history import (
-    SEQ_KEY,
     History,
     build_history,
-    copy_message,
     validate_message,
 )
 from .ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip, cap_tool_result
@@ -86,23 +84,6 @@ class _Setting(Generic[T]):
         obj._config = ContextConfig.from_mapping(
             {**dataclasses.asdict(obj._config), self.name: value}
         )
-
-
-_BOOKKEEPING: Final = frozenset({SEQ_KEY, "timestamp"})
-
-
-def _as_seen(message: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``message`` without the store's bookkeeping (sequence id, admission timestamp)."""
-    metadata = message.get("metadata")
-    if not isinstance(metadata, Mapping) or not _BOOKKEEPING.intersection(metadata):
-        if isinstance(metadata, Mapping) and not metadata:
-            return {k: v for k, v in message.items() if k != "metadata"}
-        return message
-    kept = {k: v for k, v in metadata.items() if k not in _BOOKKEEPING}
-    seen = {k: v for k, v in message.items() if k != "metadata"}
-    if kept:
-        seen["metadata"] = kept
-    return seen
 
 
 def notice_reserve(configured: int, budget: int) -> int:
@@ -211,7 +192,7 @@ class ContextStore:
     @property
     def messages(self) -> list[dict[str, Any]]:
         """The canonical history (copies), for callers that read the attribute."""
-        return [copy_message(entry.stored) for entry in self._history.entries]
+        return [entry.stored for entry in self._history.entries]
 
     @property
     def version(self) -> tuple[int, int]:
@@ -275,7 +256,7 @@ class ContextStore:
         if clip is not None:
             # Reported before admission: a cancelled delivery admits nothing.
             await self._report_clip(clip)
-        self._history.admit(capped, max_tool_result_bytes=cap, stamp_time=True)
+        self._history.admit_capped(capped, max_tool_result_bytes=cap, stamp_time=True)
 
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
         """Replace the history (session resume), or extend it.
@@ -285,7 +266,10 @@ class ContextStore:
         ignored), only the rest is admitted and the sticky decisions, cached estimates and
         the floor mark stay: an orchestrator that re-sets the whole list after every turn
         gets the same views as one that appends. Any other list replaces the history and
-        resets the sticky decisions.
+        resets the sticky decisions. Messages are compared by their current content, never
+        by identity (see ``History.starts``): a message or metadata dict that the caller
+        changed in place since it gave it is a different message. Nested values are shared
+        with the stored history and read-only by contract; a change inside one is not seen.
 
         Sequence ids are reassigned in order on a replacement; no timestamps are added.
         The whole batch is validated first: a bad message raises ``InvalidMessageError``
@@ -310,7 +294,7 @@ class ContextStore:
             self._reset(build_history(messages, max_tool_result_bytes=cap)[0])
             return
         for message, _ in capped:
-            self._history.admit(message, max_tool_result_bytes=cap, stamp_time=False)
+            self._history.admit_capped(message, max_tool_result_bytes=cap, stamp_time=False)
 
     def _extension_of(self, messages: object, cap: int) -> list[Mapping[str, Any]] | None:
         """The messages ``messages`` adds to the current history, or None when it does not
@@ -321,17 +305,13 @@ class ContextStore:
         """
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, list):
             return None  # build_history reports the problem
-        entries = self._history.entries
-        if not entries or len(messages) < len(entries):
-            return None
+        history = self._history
         # Validated as compared: an unrelated list stops at its first message and
         # build_history validates it once, whole.
-        for index, (entry, message) in enumerate(zip(entries, messages, strict=False)):
-            validate_message(message, index)
-            if _as_seen(entry.stored) != _as_seen(cap_tool_result(message, cap)[0]):
-                return None
-        extension = messages[len(entries) :]
-        for index, message in enumerate(extension, start=len(entries)):
+        if not history.entries or not history.starts(messages, cap):
+            return None
+        extension = messages[len(history) :]
+        for index, message in enumerate(extension, start=len(history)):
             validate_message(message, index)
         return extension
 

@@ -10,6 +10,7 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.classify import (
@@ -18,6 +19,7 @@ from amplifier_module_context_simple.context.classify import (
     declared_call_ids,
 )
 from amplifier_module_context_simple.testing import check_view_invariants
+from tests.context.strategies import histories
 
 REMINDER_XML = "<system-reminders><system-reminder>be brief</system-reminder></system-reminders>"
 
@@ -285,3 +287,17 @@ async def test_human_classification_decides_protection(anyio_backend: str) -> No
     assert messages[1] in view and messages[5] in view
     stats = manager.last_compaction_stats
     assert stats is not None and stats["strategy_level"] == 8
+
+
+# -- a message without metadata ----------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(generated=histories(orphans=True))
+def test_no_metadata_classifies_as_metadata_without_flags(generated: Any) -> None:
+    """A message without metadata (a fast path) gets the class it gets with a metadata
+    dict that carries nothing classification reads."""
+    for message in generated.messages:
+        bare = {k: v for k, v in message.items() if k != "metadata"}
+        flagless = {**bare, "metadata": {"client": "cli"}}
+        assert classify(bare) == classify(flagless)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from amplifier_module_context_simple.context import estimate
@@ -22,8 +24,9 @@ from amplifier_module_context_simple.context.estimate import (
     estimate_text,
     provider_texts,
 )
-from benchmarks import calibrate
-from benchmarks.corpus import CLASSES, ZH_SENTENCES
+from benchmarks import calibrate, histories
+from benchmarks.corpus import CLASSES, ZH_SENTENCES, build_corpus
+from tests.realdata import conversations
 
 # ---------------------------------------------------------------------------------------
 # Calibration against the reference tokenizer
@@ -393,3 +396,79 @@ def test_a_result_block_with_output_counts_its_output() -> None:
         "content": [{"type": "tool_result", "tool_use_id": "c1", "content": output}],
     }
     assert estimate_message(with_output) == estimate_message(with_content)
+
+
+# ---------------------------------------------------------------------------------------
+# The numbers themselves: pinned, and the fast arithmetic against a byte-by-byte reference
+# ---------------------------------------------------------------------------------------
+
+
+def _digest(values: list[int]) -> str:
+    return hashlib.sha256(",".join(map(str, values)).encode()).hexdigest()[:16]
+
+
+def _benchmark_history() -> list[int]:
+    return [estimate_message(m) for m in histories.history(1000)]
+
+
+def _real_messages() -> list[int]:
+    return [estimate_message(m) for c in conversations() for m in c.messages]
+
+
+def _calibration_corpus() -> list[int]:
+    return [
+        estimate_text(s.text) if s.text is not None else estimate_message(s.message or {})
+        for s in build_corpus(seed=20250101, per_class=120)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "total", "digest"),
+    [
+        (_benchmark_history, 452_547, "1a7af7ed883f3fed"),
+        (_real_messages, 441_498, "c9c78743bac16c4a"),
+        (_calibration_corpus, 430_284, "daa67342b6169939"),
+    ],
+    ids=["benchmark-1k", "real-conversations", "calibration-corpus"],
+)
+def test_estimates_are_the_calibrated_numbers(
+    source: Callable[[], list[int]], total: int, digest: str
+) -> None:
+    """Every per-message (and per-text) estimate is the number the calibration and the
+    benchmarks were measured with (recorded before the estimator was made faster): a
+    speed-up may not move a single estimate."""
+    values = source()
+    assert (sum(values), _digest(values)) == (total, digest)
+
+
+def _reference_estimate(text: str) -> int:
+    """``estimate_text`` spelled out byte by byte: the weight of each byte's (previous,
+    current, next) class triple, spaces beyond both ends, plus the script weights."""
+    if not text:
+        return 0
+    data = text.encode("utf-8", "surrogatepass")
+    classes = [0, *(estimate._CLASS_TABLE[byte] for byte in data), 0]
+    units: float = sum(
+        estimate._TRIPLE_WEIGHTS[36 * classes[i - 1] + 6 * classes[i] + classes[i + 1]]
+        for i in range(1, len(classes) - 1)
+    )
+    if not text.isascii():
+        units += sum(estimate._SCRIPT_WEIGHTS[byte] for byte in data)
+        thai = data.count("\u0e00".encode()[:2]) + data.count("\u0e40".encode()[:2])
+        units += estimate._THAI_EXTRA_UNITS * thai
+    return max(1, math.ceil(units / 32))
+
+
+_ANY_TEXT = st.text(st.characters(), max_size=3000)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=_ANY_TEXT)
+@example(text="a" * 70_000)  # many adler32 spans
+@example(text="x" * 1021)  # the span boundary, with both virtual spaces
+@example(text="  \n\tdef f(x):\n        return x  ")
+@example(text="".join(ZH_SENTENCES) * 20)
+@example(text="สวัสดีครับ ภาษาไทย " * 200)
+@example(text="x\ud800y\udfff")  # lone surrogates
+def test_estimate_text_equals_the_byte_by_byte_reference(text: str) -> None:
+    assert estimate_text(text) == _reference_estimate(text)

@@ -108,6 +108,25 @@ async def test_one_byte_over_is_clipped_to_the_cap() -> None:
     assert len(hooks.named(EVENT)) == 1
 
 
+@pytest.mark.parametrize(
+    ("characters", "clipped"),
+    [(CAP // 4, False), (CAP // 4 + 1, True)],
+    ids=["four-byte characters filling the cap", "one four-byte character over"],
+)
+def test_the_quick_size_bound_never_hides_an_over_cap_result(
+    characters: int, clipped: bool
+) -> None:
+    """A result of at most cap / 4 characters is within the cap however it is encoded
+    (the check skips counting its bytes); one character more is counted and clipped."""
+    message = tool("\U0001f600" * characters)
+    capped, clip = cap_tool_result(message, CAP)
+    assert (capped is not message, clip is not None, utf8(capped["content"]) <= CAP) == (
+        clipped,
+        clipped,
+        True,
+    )
+
+
 @pytest.mark.anyio
 async def test_view_carries_the_clipped_content() -> None:
     """The provider-facing view shows the clipped text, not the original."""
