@@ -138,6 +138,11 @@ def utc_timestamp() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+# The roles that may carry each kind of tool block (both providers' request rules).
+_RESULT_ROLES = frozenset({"user", "tool"})
+_CALL_ROLES = frozenset({"assistant"})
+
+
 def validate_message(message: object, index: int | None = None) -> Mapping[str, Any]:
     """Check the shape admission relies on; raise ``InvalidMessageError`` otherwise."""
     if type(message) is not dict and not isinstance(message, Mapping):
@@ -184,6 +189,24 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
             # would stand before the call it answers (or answer nothing)
             raise InvalidMessageError(
                 "a system message cannot carry tool_use/tool_result blocks", index=index
+            )
+        if role not in _RESULT_ROLES and any(
+            block_type(block) == "tool_result" for block in content
+        ):
+            # a result answers a call from the caller's side of the turn: Anthropic accepts
+            # tool_result blocks in user turns only, OpenAI results are role "tool"; in any
+            # other role no view could show it as the answer to its call
+            raise InvalidMessageError(
+                f"a {role!r} message cannot carry tool_result blocks (only 'user' or 'tool')",
+                index=index,
+            )
+        if role not in _CALL_ROLES and any(
+            block_type(block) in ("tool_use", "tool_call") for block in content
+        ):
+            # only the model calls tools: a call in any other turn is one no provider accepts
+            raise InvalidMessageError(
+                f"a {role!r} message cannot carry tool_use/tool_call blocks (only 'assistant')",
+                index=index,
             )
     return message
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from amplifier_module_context_simple import SimpleContextManager
+from amplifier_module_context_simple import InvalidMessageError, SimpleContextManager
 from amplifier_module_context_simple.provider_rules import check_provider_valid
 from tests.context.strategies import calls, result_ids_of, results
 
@@ -212,16 +212,31 @@ async def test_a_message_with_empty_list_content_is_shown() -> None:
     assert view == messages
 
 
-async def test_an_assistant_message_is_never_reordered() -> None:
-    """Results-first tidying applies to turns that answer calls, never to an assistant's."""
-    odd = {
-        "role": "assistant",
-        "content": [
-            {"type": "text", "text": "t"},
-            {"type": "tool_result", "tool_use_id": "z", "content": "x"},
-        ],
-    }
+@pytest.mark.parametrize(
+    ("role", "block", "says"),
+    [
+        ("assistant", {"type": "tool_result", "tool_use_id": "z", "content": "x"}, "tool_result"),
+        ("developer", {"type": "tool_result", "tool_use_id": "z", "content": "x"}, "tool_result"),
+        ("user", {"type": "tool_use", "id": "z", "name": "grep", "input": {}}, "tool_use"),
+        ("tool", {"type": "tool_use", "id": "z", "name": "grep", "input": {}}, "tool_use"),
+    ],
+)
+async def test_a_tool_block_in_a_role_no_provider_accepts_is_rejected(
+    role: str, block: dict[str, Any], says: str
+) -> None:
+    """Results come from the caller's side (user/tool), calls from the model (assistant).
+
+    Both providers reject the other placements, and no view could show such a block as the
+    answer to (or the origin of) a call, so admission refuses it by name and keeps the store.
+    """
+    odd = {"role": role, "content": [{"type": "text", "text": "t"}, block]}
     manager = SimpleContextManager(compaction_notice_enabled=False)
-    await manager.set_messages([human("q"), odd, human("latest")])
-    view = await manager.get_messages_for_request(token_budget=1_000_000)
-    assert view[1] == odd
+    await manager.set_messages([human("q")])
+    before = manager.observable_state()
+    with pytest.raises(InvalidMessageError, match=f"a '{role}' message cannot carry {says}") as e:
+        await manager.add_message(odd)
+    assert e.value.index is None
+    with pytest.raises(InvalidMessageError, match=f"a '{role}' message cannot carry {says}") as e:
+        await manager.set_messages([human("q"), odd, human("latest")])
+    assert e.value.index == 1
+    assert manager.observable_state() == before

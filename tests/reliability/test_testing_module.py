@@ -813,7 +813,7 @@ async def test_check_isolation_names_each_leak(anyio_backend: str) -> None:
             await check_isolation(manager, await rebuild(), next_view)
         assert (raised.value.item, raised.value.code) == (7, "isolation")
     shared = await manager.get_messages()  # not a view: the history's own copies
-    stored = manager._history.entries[0].stored
+    stored = manager._history.entries[0].given  # the store's own dict, not a copy
     with pytest.raises(ViewInvariantError, match="changed the store"):
         await check_isolation(manager, [stored], rebuild)
     assert shared
