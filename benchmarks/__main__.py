@@ -17,6 +17,7 @@ Exit status 0 even when a target fails (the table says so), unless ``--strict``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import math
 import os
@@ -470,9 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=negotiation.CASES)
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target fails")
     args = parser.parse_args(argv)
-    try:
-        import toktok  # type: ignore[import-untyped]  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("toktok") is None:
         print("toktok (toktok-rs) is required: uv sync --group dev", file=sys.stderr)
         return 2
 

@@ -545,7 +545,7 @@ def build_history(
     clips: list[IngressClip] = []
     for message in items:
         _, clip = history.admit(
-            message,  # type: ignore[arg-type]
+            message,  # type: ignore[arg-type]  # validate_message checked it is a dict
             max_tool_result_bytes=max_tool_result_bytes,
             stamp_time=False,
         )

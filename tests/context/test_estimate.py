@@ -32,7 +32,7 @@ from benchmarks.corpus import CLASSES, ZH_SENTENCES
 
 def _toktok() -> Any:
     try:
-        import toktok  # type: ignore[import-untyped]
+        import toktok
     except ImportError:
         pytest.skip("toktok (toktok-rs, the offline o200k_base reference) is not installed")
     return toktok
