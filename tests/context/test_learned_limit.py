@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import RequiredContentTooLargeError, SimpleContextManager
 
@@ -41,6 +42,7 @@ class Hooks:
         self.events: list[tuple[str, dict[str, Any]]] = []
 
     async def emit(self, event: str, data: dict[str, Any]) -> None:
+        await checkpoint()
         self.events.append((event, data))
 
     def budgets(self) -> list[dict[str, Any]]:
