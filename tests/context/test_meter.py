@@ -39,7 +39,7 @@ def reading(cm: SimpleContextManager) -> int | None:
 
 def meter_stats(cm: SimpleContextManager) -> dict[str, Any]:
     """The meter stats of the last request (there was one)."""
-    stats = meter_stats(cm)
+    stats = cm.last_token_meter_stats
     assert stats is not None
     return stats
 
