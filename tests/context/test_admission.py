@@ -280,7 +280,7 @@ async def test_add_message_rejects_bad_shapes(case: tuple[object, str]) -> None:
     await cm.add_message({"role": "user", "content": "kept"})
     before = await cm.get_messages()
     with pytest.raises(InvalidMessageError, match=word) as error:
-        await cm.add_message(bad)  # type: ignore[arg-type]
+        await cm.add_message(bad)  # type: ignore[arg-type]  # deliberately malformed
     assert isinstance(error.value, ValueError)
     assert await cm.get_messages() == before
     assert events == []
@@ -337,7 +337,7 @@ async def test_set_messages_rejects_a_non_list(batch: object) -> None:
     await cm.add_message({"role": "user", "content": "kept"})
     before = await cm.get_messages()
     with pytest.raises(InvalidMessageError):
-        await cm.set_messages(batch)  # type: ignore[arg-type]
+        await cm.set_messages(batch)  # type: ignore[arg-type]  # deliberately no list
     assert await cm.get_messages() == before
 
 
