@@ -11,10 +11,10 @@ OLDEST_ENV := .venv-core-$(OLDEST_CORE)
 
 help:
 	@echo "make demo              run the real-session demo (the main job)"
-	@echo "make test              run the whole default suite"
+	@echo "make test              run the whole default suite (branch coverage >= 95%)"
 	@echo "make test-deep         run the deep hypothesis / sweep tier"
 	@echo "make test-core-oldest  run the suite against amplifier-core $(OLDEST_CORE)"
-	@echo "make check             ruff (lint + format check), mypy --strict, flake8-async"
+	@echo "make check             ruff (lint + format check), mypy --strict, flake8-async (whole tree)"
 	@echo "make bench             print the benchmark table"
 
 # uv itself: installed with pip into the user's Python when it is not on PATH.
@@ -29,28 +29,35 @@ setup: uv-bootstrap
 demo: setup
 	$(UV) run --frozen python examples/demo.py
 
-test: setup
-	$(UV) run --frozen python -m pytest
+# Coverage (branch, the package only; floor and report in pyproject's [tool.coverage]) and
+# the per-test timeout (pyproject's `timeout`) apply to every run of the suite.
+COVERAGE := --cov --cov-report=term
 
+test: setup
+	$(UV) run --frozen python -m pytest $(COVERAGE)
+
+# The deep profile runs 20x the examples of the default one (its slowest test took 95 s on
+# a loaded 2-core machine): a per-test timeout of 10 minutes instead of 2.
 test-deep: setup
-	HYPOTHESIS_PROFILE=deep $(UV) run --frozen python -m pytest -m "deep or not deep" --run-deep
+	HYPOTHESIS_PROFILE=deep $(UV) run --frozen python -m pytest -m "deep or not deep" --run-deep \
+	  --timeout=600
 
 # The oldest supported kernel, in a separate environment so the lock stays on the newest.
 test-core-oldest: uv-bootstrap
 	UV_PROJECT_ENVIRONMENT=$(OLDEST_ENV) $(UV) sync --frozen
 	$(UV) pip install --quiet --python $(OLDEST_ENV)/bin/python "amplifier-core==$(OLDEST_CORE)"
 	$(OLDEST_ENV)/bin/python -c "import importlib.metadata as m; v = m.version('amplifier-core'); print('amplifier-core', v); assert v == '$(OLDEST_CORE)'"
-	$(OLDEST_ENV)/bin/python -m pytest
+	$(OLDEST_ENV)/bin/python -m pytest $(COVERAGE)
 
 check: setup
 	$(UV) run --frozen ruff check .
 	$(UV) run --frozen ruff format --check .
 	$(UV) run --frozen mypy
 	$(UV) run --frozen flake8-async --anyio --enable=ASYNC102,ASYNC110,ASYNC910,ASYNC911 \
-	  $$(find $(PKG) -name '*.py')
+	  $$(find $(PKG) tests examples benchmarks -name '*.py')
 
 bench: setup
 	$(UV) run --frozen python -m benchmarks
 
 clean:
-	rm -rf .venv $(OLDEST_ENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .venv $(OLDEST_ENV) .pytest_cache .mypy_cache .ruff_cache .coverage

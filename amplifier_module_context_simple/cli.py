@@ -373,7 +373,7 @@ class EventLog:
 
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
-    async def emit(self, event: str, data: dict[str, Any]) -> None:  # noqa: ASYNC910
+    async def emit(self, event: str, data: dict[str, Any]) -> None:  # noqa: ASYNC910 - records only
         self.events.append((event, dict(data)))
 
 

@@ -14,7 +14,7 @@ try:
     from amplifier_core.llm_errors import ContextLengthError
 except ImportError:  # pragma: no cover - amplifier-core is host-provided
 
-    class ContextLengthError(Exception):  # type: ignore[no-redef]
+    class ContextLengthError(Exception):  # type: ignore[no-redef]  # stand-in when absent
         """Stand-in for ``amplifier_core.llm_errors.ContextLengthError``."""
 
         def __init__(self, message: str, **_: Any) -> None:

@@ -445,7 +445,7 @@ def _to_openai(
                     # Tool messages take only text parts: an adapter sends the other parts
                     # of an Anthropic result (images, documents) in the user message that
                     # follows the tool messages.
-                    parts = list(result.content)  # type: ignore[call-overload]
+                    parts = list(result.content)  # type: ignore[call-overload]  # a list/tuple
                     moved = [part for part in parts if _is_media(part)]
                     kept = [part for part in parts if not _is_media(part)]
                     rest.extend(moved)

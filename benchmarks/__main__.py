@@ -2,9 +2,10 @@
 
     uv run --frozen python -m benchmarks [--cases N] [--strict]
 
-One table, five sections: per-history-size timings and memory against a baseline of the
-existing module (``benchmarks.timing``), provider counts per negotiated request with and
-without count skipping on generated and on real conversations (``benchmarks.negotiation``
+One table, five sections: per-history-size timings and memory, beside a MODEL of part of
+the old module's per-request work (``benchmarks.timing``: its estimator and copy, not the
+old module itself, so the ratios to it are lower bounds), provider counts per negotiated
+request with and without count skipping on generated and on real conversations (``benchmarks.negotiation``
 with the independent counter of ``benchmarks.provider``), the estimator's ratio to
 o200k_base per content class on the synthetic corpus (``benchmarks.calibrate``) and on
 real messages (``benchmarks.real``), and the targets with PASS/FAIL. A legend
@@ -17,6 +18,7 @@ Exit status 0 even when a target fails (the table says so), unless ``--strict``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import math
 import os
@@ -32,7 +34,11 @@ from benchmarks import calibrate, negotiation, real, timing
 from benchmarks.timing import SizeResult
 
 STEADY_SPEEDUP_TARGET = 20.0
-COMPACTION_SPEEDUP_TARGET = 5.0
+COMPACTION_REESTIMATION_TARGET = 4.0
+"""The old-module model's full-list ``len(str(m)) // 4`` passes of a compaction request,
+alone, against our whole compaction request: a lower bound of the speedup (the old module
+also runs its ladder). The former target, (ours + passes) / ours >= 5x, is the same test
+with our own time in its numerator."""
 SCALING_LIMIT = 5.0
 MEMORY_FRACTION_LIMIT = 0.20
 MEDIAN_COUNTS_LIMIT = 2
@@ -132,16 +138,16 @@ def size_targets(results: Sequence[SizeResult]) -> list[Target]:
     label = f"{largest.n // 1000}k"
     for name, goal, cpu, wall in (
         (
-            f"steady-state request on {label}: baseline / ours",
+            f"steady-state on {label}: old-module MODEL / ours (LOWER BOUND)",
             STEADY_SPEEDUP_TARGET,
             largest.cpu["steady_base"] / largest.cpu["steady"],
             largest.wall["steady_base"] / largest.wall["steady"],
         ),
         (
-            f"new-compaction request on {label}: baseline / ours",
-            COMPACTION_SPEEDUP_TARGET,
-            largest.compaction_base(largest.cpu) / largest.cpu["compaction"],
-            largest.compaction_base(largest.wall) / largest.wall["compaction"],
+            f"compaction on {label}: MODEL's passes / our whole request (LOWER BOUND)",
+            COMPACTION_REESTIMATION_TARGET,
+            largest.cpu["reestimation"] / largest.cpu["compaction"],
+            largest.wall["reestimation"] / largest.wall["compaction"],
         ),
     ):
         targets.append(
@@ -244,6 +250,10 @@ def real_estimator_target(rows: Sequence[real.Row]) -> Target:
 # -- sections ------------------------------------------------------------------------------
 
 
+MODEL = "len(str(m))//4 + copy"
+"""What the old-module model does per message (the legend says what it leaves out)."""
+
+
 def size_rows(results: Sequence[SizeResult]) -> list[list[str]]:
     def row(label: str, fmt: Callable[[SizeResult], str]) -> list[str]:
         return [label] + [fmt(r) for r in results]
@@ -261,11 +271,6 @@ def size_rows(results: Sequence[SizeResult]) -> list[list[str]]:
             f"{r.cpu[k] / p.cpu[k]:.1f}" for k in ("admission", "steady", "compaction")
         )
 
-    def compaction_speedup(r: SizeResult) -> str:
-        wall = r.compaction_base(r.wall) / r.wall["compaction"]
-        cpu = r.compaction_base(r.cpu) / r.cpu["compaction"]
-        return f"{_x(wall)} / {_x(cpu)}"
-
     return [
         row("history: JSON MB / estimated tokens", lambda r: f"{r.json_mb:.1f} / {r.tokens:,}"),
         row("admission (add_message) [messages/s]", lambda r: f"{r.admission_rate:,.0f}"),
@@ -281,8 +286,8 @@ def size_rows(results: Sequence[SizeResult]) -> list[list[str]]:
             lambda r: f"{_ms(r.wall['extend'])} / {_ms(r.wall['add_one'])}",
         ),
         row("steady-state request, ours [ms]", lambda r: _ms(r.wall["steady"])),
-        row("steady-state request, baseline [ms]", lambda r: _ms(r.wall["steady_base"])),
-        row("  speedup (baseline / ours): wall / cpu", speedup("steady_base", "steady")),
+        row(f"steady-state, old-module MODEL: {MODEL} [ms]", lambda r: _ms(r.wall["steady_base"])),
+        row("  MODEL / ours = speedup LOWER BOUND: wall / cpu", speedup("steady_base", "steady")),
         row("negotiated request, nothing to compact [ms]", lambda r: _ms(r.wall["negotiated"])),
         row("first-compaction request, ours [ms]", lambda r: _ms(r.wall["compaction"])),
         row(
@@ -290,24 +295,23 @@ def size_rows(results: Sequence[SizeResult]) -> list[list[str]]:
             lambda r: f"{r.compaction_level} / {r.compaction_view:,}",
         ),
         row(
-            "new-compaction request, baseline [ms]",
-            lambda r: _ms(r.compaction_base(r.wall)),
-        ),
-        row(
-            "  = ours + k full re-estimations: k / [ms]",
+            "compaction, old-module MODEL: k len(str)//4 passes only: k / [ms]",
             lambda r: f"{r.reestimations} / {_ms(r.wall['reestimation'])}",
         ),
-        row("  speedup (baseline / ours): wall / cpu", compaction_speedup),
+        row(
+            "  MODEL's passes / our whole request = LOWER BOUND: wall / cpu",
+            speedup("reestimation", "compaction"),
+        ),
         row("sticky-reuse request, ours [ms]", lambda r: _ms(r.wall["sticky"])),
-        row("sticky-reuse request, baseline [ms]", lambda r: _ms(r.wall["sticky_base"])),
-        row("  speedup (baseline / ours): wall / cpu", speedup("sticky_base", "sticky")),
+        row(f"sticky-reuse, old-module MODEL: {MODEL} [ms]", lambda r: _ms(r.wall["sticky_base"])),
+        row("  MODEL / ours = speedup LOWER BOUND: wall / cpu", speedup("sticky_base", "sticky")),
         row("memory: history, tracemalloc current [MB]", lambda r: _mb(r.history_mem)),
         row(
             "memory: steady request extra, ours [MB] (%hist)",
             lambda r: f"{_mb(r.request_mem)} ({r.request_mem / r.history_mem:.1%})",
         ),
         row(
-            "memory: steady request extra, baseline [MB]",
+            "memory: steady request extra, old-module MODEL [MB] (%hist)",
             lambda r: f"{_mb(r.base_request_mem)} ({r.base_request_mem / r.history_mem:.1%})",
         ),
         row("CPU time vs previous size: admit / steady / compact", scaling),
@@ -410,21 +414,27 @@ Legend
   Negotiated request, nothing to compact: get_measured_request_view (token_meter
   "actual") on the steady-state history whose count_view answers at once with a count
   far below the trigger - the module's own cost of a negotiated request (no target).
-- BASELINE = the existing module's per-request work. Steady state / sticky reuse: every
+- OLD-MODULE MODEL: not the old module, a model of part of its per-request work
+  (benchmarks/timing.py, about twenty lines), so every ratio to it is a LOWER BOUND of
+  the speedup over the old module. Steady state / sticky reuse: what it does = every
   message re-estimated with len(str(message)) // 4 plus a shallow copy with a new
-  metadata dict (request_view), on the stored messages (metadata with _seq and timestamp)
-  or on the compacted view. New-compaction request: OUR measured first-compaction time
-  plus k full-list re-estimations (len(str(m)) // 4 over the working list at that point):
-  1 trigger + 1 old_tokens + 1 per truncation wave reached (levels 1, 2, 4, 6) + 1 per
-  removal pass reached (levels 3, 5, 7) + 1 final over-budget check; levels and working
-  lists replayed from our own ladder. Not counted, so the baseline is a lower bound: the
-  escalation gate's estimate, the removal pass's re-estimated total, level 8, and any
-  extra ladder work of the existing module.
+  metadata dict without _seq (request_view), on the stored messages (metadata with _seq
+  and timestamp) or on the compacted view. What it leaves out: the old module's budget
+  derivation, its first request_view pass over the working list, the protected-sequence
+  scan, building the sticky view, the final budget check and context:budget emission
+  (hooks). Compaction: what it does = only the old module's k full-list re-estimations
+  (len(str(m)) // 4 over the working list at that point): 1 trigger + 1 old_tokens + 1
+  per truncation wave reached (levels 1, 2, 4, 6) + 1 per removal pass reached (levels 3,
+  5, 7) + 1 final over-budget check, with the levels and working lists replayed from OUR
+  ladder; what it leaves out: the old module's whole ladder (truncations, removals, stubs,
+  level 8), the escalation gate's estimate and the removal pass's re-estimated total. Its
+  ratio is those passes ALONE against our WHOLE compaction request; the target >= 4x is
+  the former "(ours + passes) / ours >= 5x", without our own time in the numerator.
 - Every sample records wall-clock time (time.perf_counter) and this process's CPU time
   (time.process_time). Latency rows are wall-clock medians. The timing verdicts (speedups
   and scaling) use the CPU-time medians, since CPU time does not count the time other
   processes on the machine take from this one; the wall-clock ratio is shown beside
-  each. Repeats are interleaved across sizes (and baseline samples with ours).
+  each. Repeats are interleaved across sizes (and the model's samples with ours).
 - Session resume: a fresh SimpleContextManager().set_messages(history) against
   json.dumps(history) of the same list (ratio of CPU medians; wall ms in brackets); then,
   on that store, set_messages(history + one new message) (an extension: decisions kept,
@@ -434,7 +444,7 @@ Legend
 - Memory: history = tracemalloc current after decoding the session JSON and admitting it
   (the decoded list dropped): what the manager keeps, content included. Request extra =
   tracemalloc peak during one steady-state request minus current before it (the returned
-  view counted); baseline extra likewise for the baseline request.
+  view counted); the old-module model's extra likewise for its request.
 - Negotiated requests (benchmarks/negotiation.py): get_measured_request_view with
   token_meter "actual"; generated = windows of 40-400 messages of 6 content mixes x 3
   seeds; real = every real conversation, whole, with 8 budgets each. The simulated
@@ -471,9 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=negotiation.CASES)
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target fails")
     args = parser.parse_args(argv)
-    try:
-        import toktok  # type: ignore[import-untyped]  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("toktok") is None:
         print("toktok (toktok-rs) is required: uv sync --group dev", file=sys.stderr)
         return 2
 

@@ -18,6 +18,7 @@ margin). The fit uses a different seed from the table, so the table is out-of-sa
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ class Row:
 
 
 def _count(texts: list[str]) -> list[int]:
-    import toktok  # type: ignore[import-untyped]
+    import toktok
 
     return list(toktok.batch_count(texts, ENCODING)) if texts else []
 
@@ -202,9 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--per-class", type=int, default=None)
     args = parser.parse_args(argv)
-    try:
-        import toktok  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("toktok") is None:
         print("toktok (toktok-rs) is required: uv sync --group dev", file=sys.stderr)
         return 2
     if args.fit:

@@ -358,7 +358,7 @@ class Counter:
     """o200k_base counts of OpenAI Chat Completions messages (module docstring)."""
 
     def __init__(self, encoding: str = ENCODING) -> None:
-        import toktok  # type: ignore[import-untyped]
+        import toktok
 
         self._batch_count = toktok.batch_count
         self._encoding = encoding

@@ -16,7 +16,10 @@ provider simulates a prefix cache and reports, per accepted request, the tokens 
 the cache (the prefix shared with the previous request), written to it and sent fresh;
 the billed input prices them (``--price-fresh/--price-cache-read/--price-cache-write``,
 defaults 1.0, 0.1, 1.25). ``out/demo-cost.png`` plots the cumulative billed input of every
-run. Exit code 0 only when no run hit an unhandled provider overflow (or a session error).
+run. The demo ends with a verdict: it FAILS (exit code 1), naming the run and the reason,
+when a run degraded - a measured run that fell back to the legacy getter, a turn that
+failed closed, was cancelled or hit an unhandled provider overflow, a session error, or a
+request whose outcome its path does not produce when it works (``RunResult.problems``).
 
 The example modules are found through their entry points when installed (the ``demo``
 dependency group) and otherwise through ``sys.path`` (their directories are added here).
@@ -32,6 +35,7 @@ import json
 import logging
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +47,7 @@ for _path in (EXAMPLES, EXAMPLES / "provider-window", EXAMPLES / "loop-negotiati
     if str(_path) not in sys.path:
         sys.path.append(str(_path))
 
+import anyio
 import matplotlib
 
 matplotlib.use("Agg")
@@ -59,6 +64,9 @@ from rich.markup import escape
 from rich.table import Table
 
 MEASURED_CAPABILITY = "context.measured_request_view"
+MEASURED_OUTCOMES = frozenset({"not_needed", "target_reached", "protected_floor", "reduced_output"})
+"""The outcomes of a measured request whose provider count worked (``measurement_unavailable``
+means the module fell back to its own estimate: a degraded request)."""
 
 
 STALE_WINDOW = 40_000
@@ -179,8 +187,56 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        """No unhandled provider overflow and no session error."""
-        return self.unhandled == 0 and not self.session_errors
+        """The run did not degrade (``problems`` is empty)."""
+        return not self.problems()
+
+    def problems(self) -> list[str]:
+        """Why the run degraded, one line per kind of problem (empty: it did not)."""
+        found: list[str] = []
+        if self.degraded:
+            found.append(f"fell back to the legacy getter: {self.degraded}")
+        if self.unhandled:
+            found.append(f"{self.unhandled} unhandled provider overflow(s)")
+        if self.context_failures:
+            found.append(
+                f"{self.context_failures} turn(s) failed closed (the context raised "
+                "ContextLengthError)"
+            )
+        other = self.failed_turns - self.unhandled - self.context_failures
+        if other > 0:
+            found.append(f"{other} turn(s) failed or were cancelled")
+        if self.session_errors:
+            found.append(
+                f"{len(self.session_errors)} session error(s); first: {self.session_errors[0]}"
+            )
+        unexpected = Counter(
+            row.outcome
+            for row in self.rows
+            if row.overflow not in ("unhandled", "context")  # counted above
+            and not outcome_expected(self.spec.mode, row.outcome)
+        )
+        if unexpected:
+            found.append(
+                f"unexpected outcome(s) for mode {self.spec.mode!r}: "
+                + ", ".join(f"{outcome!r} x{n}" for outcome, n in unexpected.most_common())
+            )
+        return found
+
+
+def outcome_expected(mode: str, outcome: str) -> bool:
+    """Whether a request's ``outcome`` is one its path produces when it works: a measured
+    outcome of ``MEASURED_OUTCOMES`` on the measured path, ``-`` or ``level N`` (the
+    context's strategy level) on the others."""
+    if mode == "measured":
+        return outcome in MEASURED_OUTCOMES
+    return outcome == "-" or outcome.startswith("level ")
+
+
+def verdict(results: Sequence[RunResult]) -> list[str]:
+    """Why the demo failed, ``"<run>: <problem>"`` per line (empty: it passed)."""
+    if not results:
+        return ["no run was selected"]
+    return [f"{result.spec.key}: {problem}" for result in results for problem in result.problems()]
 
 
 def mount_plan(spec: RunSpec, provider_config: dict[str, Any]) -> dict[str, Any]:
@@ -202,7 +258,10 @@ async def run_conversation(
     session.coordinator.register_capability(SCRIPT_CAPABILITY, conversation)
     await session.initialize()
 
-    async def on_response(event: str, data: dict[str, Any]) -> None:
+    async def on_response(  # noqa: ASYNC910 - records in memory: nothing to wait for
+        event: str,
+        data: dict[str, Any],
+    ) -> None:
         usage = data.get("usage")
         if isinstance(usage, dict):
             result.usages.append(Usage.from_payload(usage))
@@ -223,7 +282,8 @@ async def run_conversation(
         result.seconds = time.perf_counter() - started
         collect(result, session)
     finally:
-        await session.cleanup()
+        with anyio.CancelScope(shield=True):  # the kernel's session is always cleaned up
+            await session.cleanup()
     return result
 
 
@@ -319,7 +379,7 @@ def summary_table(results: Sequence[RunResult], prices: Prices | None = None) ->
     columns = (
         "run", "requests", "turns ok", "compaction boundaries", "provider overflows",
         "recovered", "unhandled", "context fail-closed", "provider counts", "peak view",
-        "input tokens", "cached", "cache writes", "billed input", "seconds",
+        "input tokens", "cached", "cache writes", "billed input", "seconds", "verdict",
     )  # fmt: skip
     for name in columns:
         table.add_column(name, justify="left" if name == "run" else "right")
@@ -343,6 +403,7 @@ def summary_table(results: Sequence[RunResult], prices: Prices | None = None) ->
             f"{cost.cache_write:,}",
             f"{cost.billed:,.0f}",
             f"{result.seconds:.1f}",
+            "ok" if result.ok else "[bold red]FAILED[/]",
         )
     return table
 
@@ -482,10 +543,18 @@ async def main(argv: Sequence[str]) -> int:
     console.print(summary_table(results, prices))
     if results:
         console.print(f"cost plot: {plot_cost(results, prices, options.out / 'demo-cost.png')}")
-    failed = [result.spec.key for result in results if not result.ok]
-    verdict = "[bold red]FAILED[/]: " + ", ".join(failed) if failed else "[bold green]ok[/]"
-    console.print(f"verdict: {verdict} (unhandled provider overflows / session errors)")
-    return 1 if failed else 0
+    problems = verdict(results)
+    if problems:
+        console.print("verdict: [bold red]FAILED[/]")
+        for line in problems:
+            console.print(f"  {escape(line)}")
+    else:
+        console.print(
+            "verdict: [bold green]ok[/] (no run fell back to the legacy getter, failed "
+            "closed, failed or cancelled a turn, hit an unhandled provider overflow or a "
+            "session error, or had an unexpected outcome)"
+        )
+    return 1 if problems else 0  # noqa: ASYNC910 - the demo's only task: nothing cancels it
 
 
 def provider_config(spec: RunSpec, options: argparse.Namespace) -> dict[str, Any]:

@@ -601,7 +601,7 @@ def test_violations_are_all_reported_in_view_order() -> None:
 
 def test_unknown_dialect_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="dialect"):
-        provider_violations([user()], "gemini")  # type: ignore[arg-type]
+        provider_violations([user()], "gemini")  # type: ignore[arg-type]  # not a dialect
 
 
 def test_an_empty_view_has_no_tool_violations() -> None:
@@ -611,7 +611,7 @@ def test_an_empty_view_has_no_tool_violations() -> None:
 def test_images_of_an_anthropic_result_move_to_a_user_message_for_openai() -> None:
     """An adapter sends the image of an Anthropic ``tool_result`` in the user message after
     the tool messages (tool messages take only text): valid in both dialects."""
-    view = [
+    view: list[dict[str, Any]] = [
         {"role": "user", "content": "look at the screen"},
         {
             "role": "assistant",

@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
+from anyio.lowlevel import checkpoint
 
 import amplifier_module_context_simple as package
 from amplifier_module_context_simple import (
@@ -291,6 +292,7 @@ def test_required_content_too_large_error() -> None:
 
 def test_token_meter_error() -> None:
     async def count(view: list[dict[str, Any]]) -> Any:
+        await checkpoint()
         return {"dispatch": view, "budget_decision": None}
 
     with pytest.raises(TokenMeterError) as raised:
@@ -304,6 +306,7 @@ def test_token_meter_error() -> None:
 
 def test_count_contract_error() -> None:
     async def count(view: list[dict[str, Any]]) -> Any:
+        await checkpoint()
         return {"no": "dispatch"}
 
     manager = SimpleContextManager(token_meter="actual")
@@ -314,6 +317,7 @@ def test_count_contract_error() -> None:
 
 def test_provider_limit_error_carries_its_figures() -> None:
     async def count(view: list[dict[str, Any]]) -> Any:
+        await checkpoint()
         decision = {"estimated_input_tokens": 5000, "input_limit_tokens": 100}
         return {"dispatch": view, "budget_decision": decision}  # unmeasured, oversize
 

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 from amplifier_module_loop_negotiating.messages import build_request
 from amplifier_module_provider_window.counting import count_request
+from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import ContextLengthError, SimpleContextManager
 from amplifier_module_context_simple.context.estimate import estimate_message
@@ -109,15 +110,16 @@ def _call_ids(message: Mapping[str, Any]) -> set[str]:
 
 def _result_ids(message: Mapping[str, Any]) -> set[str]:
     if message.get("role") == "tool":
-        return {message.get("tool_call_id")} - {None}  # type: ignore[return-value]
-    content = message.get("content")
-    if not isinstance(content, list):
-        return set()
-    return {
-        b.get("tool_use_id")
-        for b in content
-        if isinstance(b, Mapping) and b.get("type") == "tool_result"
-    } - {None}  # type: ignore[return-value]
+        ids = {message.get("tool_call_id")}
+    else:
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else ()
+        ids = {
+            b.get("tool_use_id")
+            for b in blocks
+            if isinstance(b, Mapping) and b.get("type") == "tool_result"
+        }
+    return {i for i in ids if isinstance(i, str)}
 
 
 def pending_tail(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -156,7 +158,7 @@ def assert_valid(case: Case, view: list[dict[str, Any]], where: str) -> None:
     problems = [
         str(error)
         for dialect in ("openai", "anthropic")
-        for error in provider_violations(view, dialect)  # type: ignore[arg-type]
+        for error in provider_violations(view, dialect)
     ]
     assert not problems, f"{case.name} {where}: {problems[:3]}"
     check_view_invariants(case.messages, view)
@@ -243,6 +245,7 @@ class Counter:
         self.counts: list[int] = []
 
     async def __call__(self, view: list[dict[str, Any]]) -> dict[str, Any]:
+        await checkpoint()  # a provider's count is an await
         assert_valid(self.case, view, f"negotiated candidate {len(self.counts)}")
         tokens = counted(view)
         self.counts.append(tokens)

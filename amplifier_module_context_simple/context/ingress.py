@@ -117,7 +117,7 @@ def with_field(block: object, key: str, value: object) -> object:
     """A copy of a ``rebuildable`` block with ``key`` set to ``value`` (input unchanged)."""
     if isinstance(block, Mapping):
         return {**block, key: value}
-    return block.model_copy(update={key: value})  # type: ignore[attr-defined]
+    return block.model_copy(update={key: value})  # type: ignore[attr-defined]  # has model_copy
 
 
 def _is_text_block(block: object) -> bool:

@@ -192,11 +192,11 @@ class Renderer:
                     has_metadata = True
                 if has_metadata:
                     shown.with_metadata.append(len(body))
-                body.append(form)  # type: ignore[arg-type]
+                body.append(form)  # type: ignore[arg-type]  # not SKIP: has a public form
                 shown.body_tokens += tokens
                 shown.body_token_list.append(tokens)
             elif (kind == SYSTEM and not factory) or kind == HOOK_SYSTEM:
-                shown.systems.append(entry.public)  # type: ignore[arg-type]
+                shown.systems.append(entry.public)  # type: ignore[arg-type]  # not SKIP: public
                 shown.system_tokens += entry.tokens
                 shown.system_token_list.append(entry.tokens)
         shown.position = position

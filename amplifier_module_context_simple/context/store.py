@@ -744,7 +744,7 @@ class ContextStore:
         cancellation point would only make a completed request look cancelled.
         """
         if provenance == self._last_emitted_budget:
-            return  # noqa: ASYNC910
+            return  # noqa: ASYNC910 - delivery adds no checkpoint (see above)
         if provenance.get("window_too_small"):
             logger.warning(
                 "context-simple: the provider's window (%s tokens) leaves no room for its "
@@ -765,10 +765,10 @@ class ContextStore:
         hooks = self.hooks
         emit = getattr(hooks, "emit", None)
         if not callable(emit):
-            return False  # noqa: ASYNC910 - see emit_budget
+            return False  # noqa: ASYNC910 - see _emit_budget: no checkpoint of its own
         try:
             await emit(event, data)
         except Exception:
             logger.warning("context-simple: delivering %s failed", event, exc_info=True)
-            return False  # noqa: ASYNC910 - see emit_budget
+            return False  # noqa: ASYNC910 - see _emit_budget: no checkpoint of its own
         return True

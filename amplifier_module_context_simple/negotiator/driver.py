@@ -444,8 +444,8 @@ class Negotiation:
         if initial.oversize:
             raise _unmeasured_oversize(initial, rung=0)
         candidate = self.seam.fallback()
-        if candidate is None:  # (the caller awaited count_view just before: no checkpoint)
-            return self.result(  # noqa: ASYNC910
+        if candidate is None:
+            return self.result(  # noqa: ASYNC910 - the caller awaited count_view just before
                 initial, "measurement_unavailable", before=None, after=None
             )
         self.machine.stage(candidate)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import InvalidMessageError, SimpleContextManager
+from amplifier_module_context_simple.context import estimate as estimate_module
 from amplifier_module_context_simple.context import history as history_module
 from amplifier_module_context_simple.context import store as manager_module
 from amplifier_module_context_simple.testing import RecordingHooks, snapshot
@@ -37,6 +40,7 @@ def without_seq(message: dict[str, Any]) -> dict[str, Any]:
 
 
 async def fill(cm: SimpleContextManager, pairs: int, size: int = 200) -> None:
+    await checkpoint()  # even for pairs=0
     for i in range(pairs):
         await cm.add_message({"role": "user", "content": f"question {i} " + "q" * size})
         await cm.add_message({"role": "assistant", "content": f"answer {i} " + "a" * size})
@@ -147,7 +151,7 @@ async def test_full_view_without_compaction() -> None:
     """Small history, big budget: the view is every message as the caller gave it (no
     ``_seq``, no stamped timestamp), system messages first, others in admission order."""
     cm = SimpleContextManager()
-    given = [
+    given: list[dict[str, Any]] = [
         {"role": "user", "content": "first"},
         {"role": "system", "content": "late system"},
         {"role": "assistant", "content": "reply", "metadata": {"custom": 1}},
@@ -169,7 +173,7 @@ async def test_full_view_without_compaction() -> None:
 async def test_view_is_a_copy() -> None:
     """Mutating a returned view (keys, metadata, the list) changes nothing stored."""
     cm = SimpleContextManager()
-    given = [
+    given: list[dict[str, Any]] = [
         {"role": "user", "content": "q", "metadata": {"k": "v"}},
         {"role": "assistant", "content": "a"},
     ]
@@ -271,7 +275,7 @@ async def test_add_message_rejects_bad_shapes(case: tuple[object, str]) -> None:
     await cm.add_message({"role": "user", "content": "kept"})
     before = snapshot(cm)
     with pytest.raises(InvalidMessageError, match=word) as error:
-        await cm.add_message(bad)  # type: ignore[arg-type]
+        await cm.add_message(bad)  # type: ignore[arg-type]  # deliberately malformed
     assert isinstance(error.value, ValueError)
     assert snapshot(cm).identical(before)
     assert hooks.started == []
@@ -284,7 +288,10 @@ async def test_set_messages_rejects_a_bad_message_by_index() -> None:
     """One bad message in a batch names its index; the previous history stays intact."""
     cm = await compacted()
     before = snapshot(cm)
-    batch = [{"role": "user", "content": "ok"}, {"role": "user", "content": 7}]
+    batch: list[dict[str, Any]] = [
+        {"role": "user", "content": "ok"},
+        {"role": "user", "content": 7},
+    ]
     with pytest.raises(InvalidMessageError) as error:
         await cm.set_messages(batch)
     assert error.value.index == 1
@@ -300,7 +307,8 @@ async def test_set_messages_bad_batch_emits_nothing() -> None:
     cm = SimpleContextManager(hooks=hooks)
     huge = {"role": "tool", "tool_call_id": "t", "content": "x" * 200_000}
     with pytest.raises(InvalidMessageError) as error:
-        await cm.set_messages([huge, {"role": "user", "content": "x"}, "not a message"])
+        junk: Any = "not a message"  # deliberately no dict
+        await cm.set_messages([huge, {"role": "user", "content": "x"}, junk])
     assert error.value.index == 2
     assert hooks.started == []
     assert await cm.get_messages() == []
@@ -314,7 +322,7 @@ async def test_set_messages_rejects_a_non_list(batch: object) -> None:
     await cm.add_message({"role": "user", "content": "kept"})
     before = await cm.get_messages()
     with pytest.raises(InvalidMessageError):
-        await cm.set_messages(batch)  # type: ignore[arg-type]
+        await cm.set_messages(batch)  # type: ignore[arg-type]  # deliberately no list
     assert await cm.get_messages() == before
 
 
@@ -325,7 +333,7 @@ async def test_set_messages_rejects_a_non_list(batch: object) -> None:
 async def test_set_messages_reassigns_seqs_without_timestamps() -> None:
     """Seqs become 0..N-1, no timestamp is added, and the caller's list is untouched."""
     cm = SimpleContextManager()
-    batch = [
+    batch: list[dict[str, Any]] = [
         {"role": "user", "content": "a", "metadata": {"_seq": 999}},
         {"role": "assistant", "content": "b", "metadata": {"_seq": 123, "keep": True}},
         {"role": "user", "content": "c"},
@@ -412,7 +420,8 @@ async def test_protocol_stubs() -> None:
     await fill(cm, 2)
     before = await cm.get_messages()
     assert await cm.should_compact() is False
-    assert await cm.compact() is None
+    compact: Callable[[], Awaitable[object]] = cm.compact
+    assert await compact() is None
     assert await cm.get_messages() == before
 
 
@@ -495,18 +504,17 @@ async def test_orphan_result_blocks_are_dropped_from_views() -> None:
 async def test_estimates_are_computed_once_at_admission(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each admitted message is estimated once; repeated requests never re-estimate."""
     calls: list[str] = []
-    real_history = history_module.estimate_message
-    real_manager = manager_module.estimate_message
+    real = estimate_module.estimate_message
 
-    def counting(where: str, real: Any) -> Any:
+    def counting(where: str) -> Any:
         def wrapper(message: Any) -> int:
             calls.append(where)
             return real(message)
 
         return wrapper
 
-    monkeypatch.setattr(history_module, "estimate_message", counting("history", real_history))
-    monkeypatch.setattr(manager_module, "estimate_message", counting("manager", real_manager))
+    monkeypatch.setattr(history_module, "estimate_message", counting("history"))
+    monkeypatch.setattr(manager_module, "estimate_message", counting("manager"))
     cm = SimpleContextManager()
     await cm.add_message({"role": "system", "content": "sys"})
     await fill(cm, 5)
@@ -525,7 +533,7 @@ async def test_estimates_are_computed_once_at_admission(monkeypatch: pytest.Monk
 async def test_set_messages_estimates_each_message_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """set_messages estimates each message once; later requests add no estimates."""
     count = 0
-    real = history_module.estimate_message
+    real = estimate_module.estimate_message
 
     def counting(message: Any) -> int:
         nonlocal count
@@ -545,7 +553,7 @@ async def test_set_messages_estimates_each_message_once(monkeypatch: pytest.Monk
 async def test_caller_mutating_its_dict_later_changes_nothing() -> None:
     """After admission, the caller changing its own dict or metadata changes nothing stored."""
     cm = SimpleContextManager()
-    message = {"role": "user", "content": "original", "metadata": {"k": "v"}}
+    message: dict[str, Any] = {"role": "user", "content": "original", "metadata": {"k": "v"}}
     await cm.add_message(message)
     before = await cm.get_messages()
     view_before = await cm.get_messages_for_request()
@@ -559,7 +567,7 @@ async def test_caller_mutating_its_dict_later_changes_nothing() -> None:
 
 # -- junk content blocks (bugs found) --------------------------------------------------------
 
-JUNK_BLOCK_MESSAGES = [
+JUNK_BLOCK_MESSAGES: list[dict[str, Any]] = [
     {"role": "user", "content": [{"type": ["x"]}]},
     {"role": "assistant", "content": [{"type": {}}]},
     {

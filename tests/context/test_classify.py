@@ -135,8 +135,11 @@ def test_loaded_tool_state_is_truthy_metadata(value: Any, loaded: bool) -> None:
 @pytest.mark.parametrize(("value", "reference"), [(True, True), (1, False), ("yes", False)])
 def test_reference_only_is_an_identity_check(value: Any, reference: bool) -> None:
     """Only ``amplifier_public_reference_only is True`` marks a history-only row."""
-    message = {"role": "assistant", "content": "a"}
-    message["metadata"] = {"amplifier_public_reference_only": value}
+    message = {
+        "role": "assistant",
+        "content": "a",
+        "metadata": {"amplifier_public_reference_only": value},
+    }
     assert classify(message).reference_only is reference
 
 

@@ -170,7 +170,7 @@ def test_invalid_value_in_constructor_names_key_and_value(case: tuple[str, objec
     """The constructor raises ValueError naming the key and the offending value."""
     key, value = case
     with pytest.raises(ValueError) as error:
-        SimpleContextManager(**{key: value})  # type: ignore[arg-type]
+        SimpleContextManager(**{key: value})
     assert_names(error, key, value)
 
 
@@ -189,7 +189,7 @@ def test_unknown_token_meter_warns_and_falls_back(
 ) -> None:
     """An unknown token_meter logs a warning and means "estimate"; it never raises."""
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        cm = SimpleContextManager(token_meter=value)  # type: ignore[arg-type]
+        cm = SimpleContextManager(token_meter=value)
     assert cm.token_meter == "estimate"
     assert any("unknown token_meter" in r.getMessage() for r in caplog.records)
 
@@ -200,7 +200,7 @@ def test_invalid_max_tokens_warns_and_means_no_cap(
 ) -> None:
     """An invalid max_tokens logs a warning naming the value and means "no cap"."""
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        cm = SimpleContextManager(max_tokens=value)  # type: ignore[arg-type]
+        cm = SimpleContextManager(max_tokens=value)
     assert cm.max_tokens is None
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("max_tokens" in w and repr(value) in w for w in warnings), warnings
@@ -286,7 +286,7 @@ def test_config_object_is_immutable() -> None:
     """The validated config cannot be changed behind the manager's back."""
     config = SimpleContextManager().config
     with pytest.raises(dataclasses.FrozenInstanceError):
-        config.compact_threshold = 0.1  # type: ignore[misc]
+        config.compact_threshold = 0.1  # type: ignore[misc]  # frozen: the point of the test
 
 
 def test_unknown_keys_warn_once_in_from_mapping(caplog: pytest.LogCaptureFixture) -> None:
@@ -315,7 +315,7 @@ def test_from_mapping_none_and_empty_are_defaults(caplog: pytest.LogCaptureFixtu
 def test_from_mapping_rejects_a_non_mapping(raw: object) -> None:
     """A config that is not a mapping is rejected with a TypeError naming its type."""
     with pytest.raises(TypeError, match="mapping"):
-        ContextConfig.from_mapping(raw)  # type: ignore[arg-type]
+        ContextConfig.from_mapping(raw)  # type: ignore[arg-type]  # deliberately no mapping
 
 
 def test_from_config_builds_a_manager_with_hooks() -> None:

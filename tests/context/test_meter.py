@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -27,7 +28,20 @@ asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 
 
 async def respond(cm: SimpleContextManager, data: Any) -> None:
-    assert await cm._on_llm_response("llm:response", data) is None
+    handler: Callable[[str, Any], Awaitable[object]] = cm._on_llm_response
+    assert await handler("llm:response", data) is None  # a hook handler returns None
+
+
+def reading(cm: SimpleContextManager) -> int | None:
+    """The meter's reading, read afresh (mypy keeps a narrowed attribute narrowed)."""
+    return cm._last_measured_prompt_tokens
+
+
+def meter_stats(cm: SimpleContextManager) -> dict[str, Any]:
+    """The meter stats of the last request (there was one)."""
+    stats = cm.last_token_meter_stats
+    assert stats is not None
+    return stats
 
 
 def usage_model(input_tokens: int, **extra: Any) -> Usage:
@@ -87,7 +101,7 @@ async def test_usage_as_a_plain_object() -> None:
     assert cm._last_measured_prompt_tokens == 8
 
 
-INVALID_DATA = [
+INVALID_DATA: list[Any] = [
     None,
     {},
     "usage",
@@ -169,7 +183,7 @@ async def history_estimate() -> int:
     cm = SimpleContextManager(compaction_notice_enabled=False)
     await tool_history(cm)
     await cm.get_messages_for_request(token_budget=10_000_000)
-    return int(cm.last_token_meter_stats["estimated_tokens"])
+    return int(meter_stats(cm)["estimated_tokens"])
 
 
 async def gated(mode: str, measured: int | None, threshold: float, budget: int) -> Any:
@@ -197,7 +211,7 @@ async def test_estimate_mode_ignores_a_huge_measurement() -> None:
     budget = estimate * 10
     cm = await gated("estimate", budget * 9, threshold=0.5, budget=budget)
     assert cm._last_compaction_stats is None
-    stats = cm.last_token_meter_stats
+    stats = meter_stats(cm)
     assert stats["mode"] == "estimate"
     assert stats["source"] == "estimate"
     assert stats["measured_tokens"] == budget * 9
@@ -212,7 +226,7 @@ async def test_actual_mode_gates_on_the_measurement() -> None:
     measured = int(budget * 0.9)
     cm = await gated("actual", measured, threshold=0.5, budget=budget)
     assert cm._last_compaction_stats is not None
-    stats = cm.last_token_meter_stats
+    stats = meter_stats(cm)
     assert stats["source"] == "measured"
     assert stats["used_tokens"] == measured
     assert stats["estimated_tokens"] == estimate
@@ -228,7 +242,7 @@ async def test_actual_mode_low_measurement_prevents_compaction() -> None:
     assert compacting._last_compaction_stats is not None
     cm = await gated("actual", 100, threshold=0.05, budget=budget)
     assert cm._last_compaction_stats is None
-    assert cm.last_token_meter_stats["used_tokens"] == 100
+    assert meter_stats(cm)["used_tokens"] == 100
 
 
 @pytest.mark.anyio
@@ -237,7 +251,7 @@ async def test_actual_mode_without_a_measurement_uses_the_estimate() -> None:
     cm = SimpleContextManager(token_meter="actual")
     await cm.add_message({"role": "user", "content": "hello"})
     await cm.get_messages_for_request()
-    stats = cm.last_token_meter_stats
+    stats = meter_stats(cm)
     assert stats["mode"] == "actual"
     assert stats["source"] == "estimate"
     assert stats["measured_tokens"] is None
@@ -255,22 +269,22 @@ async def test_claim_foreground_usage() -> None:
     await respond(cm, {"usage": {"input_tokens": 17}})
     assert cm._last_measured_prompt_tokens == 17
     recorder = cm.claim_foreground_usage()
-    assert cm._last_measured_prompt_tokens is None
+    assert reading(cm) is None
     assert recorder(input_tokens=20, cache_write_tokens=3) is True
-    assert cm._last_measured_prompt_tokens == 23
+    assert reading(cm) == 23
     await respond(cm, {"usage": {"input_tokens": 999}})
     assert cm._last_measured_prompt_tokens == 23
     assert recorder(input_tokens=True) is False
     assert cm._last_measured_prompt_tokens == 23
     await cm.get_messages_for_request()
-    stats = cm.last_token_meter_stats
+    stats = meter_stats(cm)
     assert stats["source"] == "owned_stale"
     assert stats["foreground_usage_stale"] is True
     assert stats["used_tokens"] == 23
     assert recorder(input_tokens=30) is True
     await cm.get_messages_for_request()
-    assert cm.last_token_meter_stats["source"] == "measured"
-    assert cm.last_token_meter_stats["foreground_usage_stale"] is False
+    assert meter_stats(cm)["source"] == "measured"
+    assert meter_stats(cm)["foreground_usage_stale"] is False
 
 
 @pytest.mark.parametrize(
@@ -300,7 +314,7 @@ def test_recorder_is_keyword_only() -> None:
     """The recorder takes keywords only."""
     recorder = SimpleContextManager().claim_foreground_usage()
     with pytest.raises(TypeError):
-        recorder(5)  # type: ignore[misc]
+        recorder(5)
 
 
 def test_second_claim_keeps_the_reading() -> None:
@@ -343,12 +357,11 @@ def test_token_meter_stats_directly() -> None:
 async def test_stats_set_on_every_request() -> None:
     """Every request sets the stats (no compaction needed); public property is the same."""
     cm = SimpleContextManager()
-    assert cm._last_token_meter_stats is None
-    assert cm.last_token_meter_stats is None
+    assert (cm._last_token_meter_stats, cm.last_token_meter_stats) == (None, None)
     await cm.add_message({"role": "user", "content": "hello"})
     await cm.get_messages_for_request()
-    first = cm._last_token_meter_stats
-    assert first is cm.last_token_meter_stats
+    first = meter_stats(cm)
+    assert first is cm._last_token_meter_stats
     assert set(first) >= STATS_KEYS
     assert cm._last_compaction_stats is None
     assert first["budget"] == 200_000 - 800
@@ -367,10 +380,10 @@ async def test_stats_follow_admission() -> None:
     cm = SimpleContextManager()
     await cm.add_message({"role": "user", "content": "hello"})
     await cm.get_messages_for_request()
-    before = cm.last_token_meter_stats["estimated_tokens"]
+    before = meter_stats(cm)["estimated_tokens"]
     await cm.add_message({"role": "assistant", "content": "a longer reply " * 20})
     await cm.get_messages_for_request()
-    assert cm.last_token_meter_stats["estimated_tokens"] > before
+    assert meter_stats(cm)["estimated_tokens"] > before
 
 
 @pytest.mark.anyio
@@ -378,7 +391,7 @@ async def test_stats_on_an_empty_context() -> None:
     """Even an empty context publishes meter stats."""
     cm = SimpleContextManager()
     await cm.get_messages_for_request()
-    stats = cm.last_token_meter_stats
+    stats = meter_stats(cm)
     assert set(stats) >= STATS_KEYS
     assert stats["mode"] == "estimate"
     assert stats["measured_tokens"] is None

@@ -183,7 +183,7 @@ async def test_identical_notice_until_the_next_escalation(anyio_backend: str) ->
         await manager.add_message({"role": "assistant", "content": PROSE * 10})
     later = await manager.get_messages_for_request()
     new_stats = manager.last_compaction_stats
-    assert new_stats is not stats
+    assert new_stats is not None and new_stats is not stats
     assert later[-1]["content"] == notice_text(new_stats, "normal")
     assert later[-1]["content"] != first[-1]["content"]
 

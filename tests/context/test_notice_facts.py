@@ -86,7 +86,7 @@ def session(rounds: int) -> list[dict[str, Any]]:
 
 def history_calls(messages: list[dict[str, Any]]) -> set[str]:
     """Every ``name(key=value)`` the history could yield, written out independently."""
-    facts = set()
+    facts: set[str] = set()
     for message in messages:
         for call in message.get("tool_calls") or []:
             if "function" in call:

@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 import pytest
+from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.estimate import estimate_message
@@ -81,6 +82,7 @@ async def test_a_negotiated_compaction_reports_its_kept_prefix() -> None:
     views: list[list[dict[str, Any]]] = []
 
     async def count_view(view: list[dict[str, Any]]) -> dict[str, Any]:
+        await checkpoint()
         views.append(copy.deepcopy(view))
         tokens = sum(estimate_message(m) for m in view)
         measurement = {"kind": "provider_count", "source": "estimate", "input_tokens": tokens}

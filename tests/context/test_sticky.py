@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.classify import classify
@@ -66,6 +68,7 @@ class Session:
         self.admitted: list[dict[str, Any]] = []
 
     async def add(self, *messages: dict[str, Any]) -> None:
+        await checkpoint()  # even with no message
         for message in messages:
             self.admitted.append(message)
             await self.manager.add_message(copy.deepcopy(message))
@@ -92,7 +95,7 @@ async def test_prefix_changes_only_on_compaction_over_30_cycles(anyio_backend: s
     context:compaction; and the stats object changes exactly on those requests."""
     session = Session(max_tokens=6_000, protected_tool_results=2)
     await session.add({"role": "system", "content": "You are the build assistant."})
-    previous: list[dict[str, Any]] = []
+    previous: list[Mapping[str, Any]] = []
     stats = None
     compacted = stable = 0
     for index in range(30):
@@ -175,18 +178,22 @@ async def test_set_messages_and_clear_reset_sticky_state(anyio_backend: str) -> 
         await session.add(*turn(index))
     await session.request()
     manager = session.manager
-    assert manager._removed_seqs and manager.last_compaction_stats is not None
-    stats = manager.last_compaction_stats
+
+    def committed() -> dict[str, Any] | None:  # read afresh (mypy keeps a narrowed attribute)
+        return manager.last_compaction_stats
+
+    stats = committed()
+    assert manager._removed_seqs and stats is not None
     await manager.set_messages(await manager.get_messages())
-    assert manager.last_compaction_stats is stats and manager._removed_seqs
+    assert committed() is stats and manager._removed_seqs
     await manager.set_messages(replaced(await manager.get_messages()))
     assert not (manager._removed_seqs or manager._truncated_seqs or manager._stubbed_seqs)
-    assert manager._sticky_level == 0 and manager.last_compaction_stats is None
+    assert manager._sticky_level == 0 and committed() is None
     await manager.get_messages_for_request()
-    assert manager.last_compaction_stats is not None
+    assert committed() is not None
     await manager.clear()
     assert await manager.get_messages() == []
-    assert manager._sticky_level == 0 and manager.last_compaction_stats is None
+    assert manager._sticky_level == 0 and committed() is None
     assert not manager._removed_seqs
 
 
@@ -298,10 +305,13 @@ async def test_storm_with_growth_reports_only_changes(anyio_backend: str) -> Non
 def test_removal_supersedes_reduced_forms() -> None:
     """Merging a ladder that removed a truncated message drops the truncation; the level
     is the maximum; new reduced forms become overrides."""
+    from amplifier_module_context_simple.context.stats import CompactionStats
+
+    stats = CompactionStats(*range(17))  # any figures: the merge only carries them over
     message = {"role": "tool", "tool_call_id": "x", "content": "long"}
     reduced = ({**message, "content": "short"}, 1)
     start = Decisions(
-        truncated=frozenset({1, 2}), level=2, overrides={1: reduced, 2: reduced}, stats={"a": 1}
+        truncated=frozenset({1, 2}), level=2, overrides={1: reduced, 2: reduced}, stats=stats
     )
     info = classify(message)
     ladder = Ladder(
@@ -320,5 +330,5 @@ def test_removal_supersedes_reduced_forms() -> None:
     merged = start.merged(ladder)
     assert merged.removed == {1} and merged.truncated == {2, 3}
     assert merged.overrides[1] is None and merged.overrides[3] == reduced
-    assert merged.level == 2 and merged.stats == {"a": 1}
+    assert merged.level == 2 and merged.stats is stats
     assert start.truncated == {1, 2}, "merging must not change the original"

@@ -52,7 +52,7 @@ def shown_call_ids(message: dict[str, Any]) -> list[str]:
 
 
 def synthesized(message: dict[str, Any]) -> bool:
-    return (message.get("metadata") or {}).get("compaction", {}).get("form") == "synthesized"
+    return bool((message.get("metadata") or {}).get("compaction", {}).get("form") == "synthesized")
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 import toktok
 from amplifier_core import AmplifierSession, ModuleCoordinator
@@ -25,6 +26,7 @@ from amplifier_module_provider_window import (
     WindowSettings,
 )
 from amplifier_module_provider_window import mount as mount_provider
+from anyio.lowlevel import checkpoint
 from conversation import SCRIPT_CAPABILITY, SYSTEM_PROMPT, Conversation, build_conversation
 
 DECISION_KEYS = {
@@ -56,7 +58,7 @@ def request(*texts: str, max_output_tokens: int | None = None) -> ChatRequest:
 
 def o200k(text: str) -> int:
     """The real token count of ``text``."""
-    return toktok.batch_count([text], "o200k_base")[0]
+    return int(toktok.batch_count([text], "o200k_base")[0])
 
 
 # -- provider: counting and budget decisions ---------------------------------------------
@@ -171,6 +173,7 @@ async def test_complete_emits_canonical_usage_with_simulated_caching() -> None:
     seen: list[dict[str, Any]] = []
 
     async def on_response(event: str, data: dict[str, Any]) -> None:
+        await checkpoint()
         seen.append(data)
 
     coordinator.hooks.register("llm:response", on_response, name="test-observer")
@@ -293,7 +296,8 @@ async def run_session(
         window = session.coordinator.get("providers")["window"]
         return loop, window, await context.get_messages()
     finally:
-        await session.cleanup()
+        with anyio.CancelScope(shield=True):  # the kernel's session is always cleaned up
+            await session.cleanup()
 
 
 SMALL = {"context_window": 24_000, "max_output_tokens": 2_000}
@@ -367,6 +371,7 @@ class FakeTransaction:
         self.commits = commits
 
     async def commit(self, *, is_cancelled: Any = None) -> bool:
+        await checkpoint()
         assert callable(is_cancelled)
         self.journal.append("commit")
         return self.commits
@@ -382,9 +387,11 @@ class ListContext:
         self.messages: list[dict[str, Any]] = []
 
     async def add_message(self, message: dict[str, Any]) -> None:
+        await checkpoint()
         self.messages.append(message)
 
     async def get_messages(self) -> list[dict[str, Any]]:
+        await checkpoint()
         return list(self.messages)
 
 
@@ -459,6 +466,7 @@ async def test_demo_bill_prices_the_providers_cache_figures() -> None:
     usages: list[Any] = []
 
     async def on_response(event: str, data: dict[str, Any]) -> None:
+        await checkpoint()
         usages.append(demo.Usage.from_payload(data["usage"]))
 
     coordinator.hooks.register("llm:response", on_response, name="test-bill")
@@ -487,10 +495,93 @@ def test_demo_summary_has_the_cost_columns() -> None:
 
     table = demo.summary_table([demo.RunResult(demo.RUNS[0], usages=[demo.Usage(100, 60, 30)])])
     headers = [str(column.header) for column in table.columns]
-    assert headers[-5:] == ["input tokens", "cached", "cache writes", "billed input", "seconds"]
+    assert headers[-6:-1] == ["input tokens", "cached", "cache writes", "billed input", "seconds"]
+    assert headers[-1] == "verdict"
     assert "provider counts" in headers
     assert "compaction boundaries" in headers
     cells = {str(c.header): next(iter(c.cells)) for c in table.columns}
     assert cells["input tokens"] == "130"
     assert cells["cached"] == "46.2%"
     assert cells["billed input"] == "84"
+    assert cells["verdict"] == "ok"
+
+
+# -- the demo's verdict: a degraded run fails it, naming why ------------------------------
+
+FALLBACK = "fell back to the legacy getter: capability 'context.measured_request_view' is missing"
+FAIL_CLOSED = "turn(s) failed closed (the context raised ContextLengthError)"
+TINY = {"context_window": 1_100, "max_output_tokens": 1_000, "safety_margin_tokens": 0}
+"""A window whose input limit (100 tokens) the protected floor outgrows on the third turn."""
+
+
+@pytest.mark.anyio
+async def test_demo_verdict_passes_a_measured_run_that_negotiated_every_request(
+    conversation: Conversation,
+) -> None:
+    import demo
+
+    spec = demo.RunSpec("measured", "measured", "measured", "actual")
+    result = await demo.run_conversation(spec, conversation, dict(SMALL))
+    assert result.problems() == []
+    assert demo.verdict([result]) == []
+
+
+@pytest.mark.anyio
+async def test_demo_verdict_fails_a_measured_run_that_used_the_legacy_getter(
+    conversation: Conversation,
+) -> None:
+    """The context has no measured capability (token_meter "estimate"): the loop falls back
+    to get_messages_for_request, so no request has a measured outcome."""
+    import demo
+
+    spec = demo.RunSpec("measured", "measured", "measured", "estimate")
+    result = await demo.run_conversation(spec, Conversation(conversation.turns[:2]), dict(SMALL))
+    assert result.problems() == [
+        FALLBACK,
+        f"unexpected outcome(s) for mode 'measured': '-' x{len(result.rows)}",
+    ]
+    assert demo.verdict([result])[0] == f"measured: {FALLBACK}"
+
+
+@pytest.mark.anyio
+async def test_demo_verdict_fails_a_run_with_a_fail_closed_turn() -> None:
+    import demo
+
+    spec = demo.RunSpec("measured", "measured", "measured", "actual")
+    result = await demo.run_conversation(spec, build_conversation(3), dict(TINY))
+    assert result.problems() == [f"1 {FAIL_CLOSED}"]
+    assert demo.verdict([result]) == [f"measured: 1 {FAIL_CLOSED}"]
+
+
+def test_demo_verdict_fails_an_outcome_the_path_does_not_produce_when_it_works() -> None:
+    """measurement_unavailable: the provider's count was unusable and the module fell back
+    to its own estimate."""
+    import demo
+    from amplifier_module_loop_negotiating.records import RequestRow
+
+    rows = [
+        RequestRow(1, 1, 1, "measured", outcome="target_reached"),
+        RequestRow(2, 1, 2, "measured", outcome="measurement_unavailable"),
+    ]
+    result = demo.RunResult(demo.RUNS[1], rows=rows, turns=1)
+    assert result.problems() == [
+        "unexpected outcome(s) for mode 'measured': 'measurement_unavailable' x1"
+    ]
+
+
+def test_demo_verdict_fails_when_no_run_ran() -> None:
+    import demo
+
+    assert demo.verdict([]) == ["no run was selected"]
+
+
+@pytest.mark.anyio
+async def test_demo_exits_1_and_names_the_degraded_run(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import demo
+
+    argv = ["--runs", "measured", "--turns", "3", "--window", "1600", "--max-output", "1000"]
+    assert await demo.main([*argv, "--out", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[-2:] == ["verdict: FAILED", f"  measured: 2 {FAIL_CLOSED}"]

@@ -151,8 +151,9 @@ def _max_output(provider: Any) -> int | None:
 
 
 async def _emit(hooks: Any, event: str, data: dict[str, Any]) -> None:
-    if hooks is not None:
-        await hooks.emit(event, data)
+    if hooks is None:
+        return  # noqa: ASYNC910 - no hooks: nothing to deliver
+    await hooks.emit(event, data)
 
 
 class NegotiatingLoop:
@@ -366,23 +367,18 @@ class NegotiatingLoop:
     ) -> str:
         """The scripted output for ``call``; else a mounted tool's; else an error text."""
         await _emit(hooks, "tool:pre", {"tool_name": call.name, "tool_call_id": call.id})
-        output = await self._tool_output(call, tools, coordinator)
+        output = self._scripted_output(call, coordinator)
+        if output is None:
+            tool = (tools or {}).get(call.name)
+            output = await _execute(tool, call) if tool is not None else _unavailable(call)
         await _emit(hooks, "tool:post", {"tool_name": call.name, "tool_call_id": call.id})
         return output
 
-    async def _tool_output(self, call: ToolCall, tools: Mapping[str, Any], coordinator: Any) -> str:
+    def _scripted_output(self, call: ToolCall, coordinator: Any) -> str | None:
         script = coordinator.get_capability(self.settings.script_capability)
         scripted = getattr(script, "tool_output", None)
-        if callable(scripted):
-            output = scripted(call.id)
-            if isinstance(output, str):
-                return output
-        tool = (tools or {}).get(call.name)
-        if tool is not None:
-            result = await tool.execute(dict(call.arguments))
-            value = getattr(result, "output", result)
-            return value if isinstance(value, str) else json.dumps(value, default=str)
-        return json.dumps({"error": f"tool {call.name!r} is not available"})
+        output = scripted(call.id) if callable(scripted) else None
+        return output if isinstance(output, str) else None
 
     # -- rows --------------------------------------------------------------------------
 
@@ -449,6 +445,17 @@ class NegotiatingLoop:
             if callable(own):
                 return lambda view: _as_int(own(list(view)))
         return lambda view: None
+
+
+async def _execute(tool: Any, call: ToolCall) -> str:
+    """A mounted tool's output for ``call``, as text."""
+    result = await tool.execute(dict(call.arguments))
+    value = getattr(result, "output", result)
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _unavailable(call: ToolCall) -> str:
+    return json.dumps({"error": f"tool {call.name!r} is not available"})
 
 
 def _as_int(value: Any) -> int | None:

@@ -112,7 +112,7 @@ async def maybe_await(value: Any) -> Any:
     """``await value`` when it is awaitable, else ``value``."""
     if inspect.isawaitable(value):
         return await value
-    return value
+    return value  # noqa: ASYNC910 - a plain value: nothing to await, no cancellation point
 
 
 class Negotiation:
@@ -168,7 +168,7 @@ class Negotiation:
                 raise ContextLengthError("Provider did not honor the measured output cap")
             if decision["estimated_input_tokens"] <= decision["input_limit_tokens"]:
                 return {"dispatch": candidate, "budget_decision": decision, "count_calls": calls}
-        return None
+        return None  # noqa: ASYNC910 - no smaller cap to count (no provider call)
 
     def _check_cancelled(self) -> None:
         if self.is_cancelled():

@@ -60,7 +60,11 @@ class EventLog:
         self._pending: list[tuple[str, str]] = []
         self.total: dict[str, int] = dict.fromkeys(OBSERVED_EVENTS, 0)
 
-    async def handler(self, event: str, data: dict[str, Any] | None) -> None:
+    async def handler(  # noqa: ASYNC910 - records in memory: nothing to wait for
+        self,
+        event: str,
+        data: dict[str, Any] | None,
+    ) -> None:
         """Hook handler: remember a one-line summary of the event."""
         self.total[event] = self.total.get(event, 0) + 1
         self._pending.append((event, summarize(event, data or {})))
