@@ -44,6 +44,7 @@ from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.decisions import Decisions
 from amplifier_module_context_simple.context.ladder import Ladder
 from amplifier_module_context_simple.context.render import Rendered
+from amplifier_module_context_simple.context.slices import Steps
 from amplifier_module_context_simple.context.store import ContextStore
 from amplifier_module_context_simple.errors import (
     CountContractError,
@@ -380,16 +381,16 @@ def test_the_view_properties_catch_missing_synthesized_results(
 
 
 def test_the_view_properties_catch_a_leaked_sequence_id(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = SimpleContextManager._render
+    original = SimpleContextManager._rendering
 
-    def leaking_render(self: SimpleContextManager, plan: Any, decisions: Any) -> Rendered:
-        rendered = original(self, plan, decisions)
+    def leaking_render(self: SimpleContextManager, plan: Any, decisions: Any) -> Steps[Rendered]:
+        rendered = yield from original(self, plan, decisions)
         for position, message in enumerate(rendered.messages):
             if message.get("role") != "system":  # MUTANT: bookkeeping reaches the view
                 message["metadata"] = {**(message.get("metadata") or {}), "_seq": position}
         return rendered
 
-    monkeypatch.setattr(SimpleContextManager, "_render", leaking_render)
+    monkeypatch.setattr(SimpleContextManager, "_rendering", leaking_render)
     failure = finds_failure(cases(), scenario)
     assert isinstance(failure, ViewInvariantError) and failure.code == "bookkeeping-leak", failure
 
