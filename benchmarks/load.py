@@ -10,6 +10,14 @@ Reported per history size and number of sessions: the ticker's maximum and p99 l
 requests completed per second (all sessions together) and the p99 wall time of one
 request (call to return, waiting for the loop included).
 
+The ticker's lag is wall time: on a busy machine it also counts the time the operating
+system gave this process's CPU to others. So the run also times every callback the loop
+runs (``asyncio.Handle._run``: one step of a task), in wall time and in this thread's CPU
+time; the longest *hold* in CPU time is what the module alone costs the loop, whatever
+else the machine runs. (With N sessions busy at once, the ticker waits for up to about
+two rounds of the others' holds: asyncio runs every callback that was ready when an
+iteration started before it looks at its timers again.)
+
 Each session repeats a cycle (starting new ones for ``DURATION`` seconds, at least one): its store goes back to the freshly loaded state (no sticky
 decisions, no cached forms: what ``clear`` + ``set_messages`` of the same history leaves,
 without re-admitting it), then one request compacts (``get_messages_for_request`` with a
@@ -37,7 +45,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Self
 
 from amplifier_module_context_simple import SimpleContextManager
 from benchmarks import histories
@@ -52,6 +60,9 @@ BUDGET_FRACTION: Final = 0.5
 """The compacting request's budget: this fraction of the history's estimated tokens."""
 DURATION: Final = 1.5
 """Seconds per row: every session starts cycles until then (and runs at least one)."""
+FREEZE = True
+"""``gc.freeze()`` once the sessions are loaded (``--no-freeze``: leave them to the
+collector)."""
 NEGOTIATED_SIZES: Final = (16_000,)
 NEGOTIATED_SESSIONS: Final = (1, 10)
 
@@ -68,6 +79,14 @@ class LoadResult:
     seconds: float
     lag_max: float
     lag_p99: float
+    hold_wall: float
+    """The longest single callback of the loop, wall time."""
+    hold_cpu: float
+    """The longest single callback of the loop, this thread's CPU time."""
+    hold_own: float
+    """The longest single callback, wall time, less the collector's passes inside it."""
+    collector: float
+    """The longest pass of the cyclic garbage collector."""
     latency_p99: float
     compacting_p50: float
     """Median wall time of the compacting requests."""
@@ -91,6 +110,52 @@ async def _ticker(lags: list[float], stop: asyncio.Event) -> None:
         now = clock()
         lags.append(max(0.0, now - last - TICK))
         last = now
+
+
+class _Holds:
+    """Times every callback the asyncio loop runs (while installed): the longest, in wall
+    and in CPU time, and the longest without the cyclic collector's passes inside it."""
+
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.cpu = 0.0
+        self.own = 0.0
+        """The longest callback's wall time minus the collector's passes inside it."""
+        self.collector = 0.0
+        """The longest collector pass."""
+        self._in_collector = 0.0
+        self._started = 0.0
+        self._original = asyncio.events.Handle._run
+
+    def _on_collect(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            spent = time.perf_counter() - self._started
+            self._in_collector += spent
+            self.collector = max(self.collector, spent)
+
+    def __enter__(self) -> Self:
+        original = self._original
+        holds = self
+
+        def timed(handle: asyncio.events.Handle) -> None:
+            collected = holds._in_collector
+            wall, cpu = time.perf_counter(), time.thread_time()
+            original(handle)
+            cpu = time.thread_time() - cpu
+            wall = time.perf_counter() - wall
+            holds.wall = max(holds.wall, wall)
+            holds.cpu = max(holds.cpu, cpu)
+            holds.own = max(holds.own, wall - (holds._in_collector - collected))
+
+        asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+        gc.callbacks.append(self._on_collect)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.events.Handle._run = self._original  # type: ignore[method-assign]
+        gc.callbacks.remove(self._on_collect)
 
 
 def _fresh(store: SimpleContextManager) -> None:
@@ -173,7 +238,11 @@ async def run_row(n: int, sessions: int, kind: str = "ordinary") -> LoadResult:
     per_message = tokens / n
     # warm up once (first-request one-offs), outside the measurement
     await _session(stores[0], kind, budget, per_message, 0.0, [], [])
+    # what a long-running host does with its long-lived state: keep it out of the
+    # collector's full passes (see the module docstring)
     gc.collect()
+    if FREEZE:
+        gc.freeze()
     lags: list[float] = []
     latencies: list[float] = []
     compacting: list[float] = []
@@ -183,12 +252,18 @@ async def run_row(n: int, sessions: int, kind: str = "ordinary") -> LoadResult:
     del lags[:]
     start = time.perf_counter()
     deadline = start + DURATION
-    await asyncio.gather(
-        *(_session(s, kind, budget, per_message, deadline, latencies, compacting) for s in stores)
-    )
+    with _Holds() as holds:
+        await asyncio.gather(
+            *(
+                _session(s, kind, budget, per_message, deadline, latencies, compacting)
+                for s in stores
+            )
+        )
     seconds = time.perf_counter() - start
     stop.set()
     await ticker
+    if FREEZE:
+        gc.unfreeze()
     return LoadResult(
         n=n,
         sessions=sessions,
@@ -197,6 +272,10 @@ async def run_row(n: int, sessions: int, kind: str = "ordinary") -> LoadResult:
         seconds=seconds,
         lag_max=max(lags),
         lag_p99=_p99(lags),
+        hold_wall=holds.wall,
+        hold_cpu=holds.cpu,
+        hold_own=holds.own,
+        collector=holds.collector,
         latency_p99=_p99(latencies),
         compacting_p50=statistics.median(compacting),
         ticks=len(lags),
@@ -242,7 +321,10 @@ def peak_rss_mb() -> float:
 def describe(result: LoadResult) -> str:
     return (
         f"{result.kind:<10} {result.sessions:>3} x {result.n:>6,}: lag max "
-        f"{result.lag_max * 1e3:8.1f} ms, p99 {result.lag_p99 * 1e3:7.1f} ms | "
+        f"{result.lag_max * 1e3:8.1f} ms, p99 {result.lag_p99 * 1e3:7.1f} ms, hold "
+        f"{result.hold_wall * 1e3:7.1f} / cpu {result.hold_cpu * 1e3:7.1f} / own "
+        f"{result.hold_own * 1e3:6.1f} ms, gc {result.collector * 1e3:6.1f} ms, "
+        f"{result.ticks} ticks | "
         f"{result.rate:8.1f} req/s, p99 {result.latency_p99 * 1e3:8.1f} ms | compacting p50 "
         f"{result.compacting_p50 * 1e3:7.1f} ms | {result.requests} requests, "
         f"{result.seconds:.1f} s"
@@ -254,7 +336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--sessions", default=",".join(map(str, SESSIONS)))
     parser.add_argument("--negotiated", default=",".join(map(str, NEGOTIATED_SESSIONS)))
+    parser.add_argument("--no-freeze", action="store_true")
     args = parser.parse_args(argv)
+    global FREEZE
+    FREEZE = not args.no_freeze
     sizes = [int(s) for s in args.sizes.split(",") if s]
     sessions = [int(s) for s in args.sessions.split(",") if s]
     negotiated = [int(s) for s in args.negotiated.split(",") if s]

@@ -34,7 +34,7 @@ from .ladder import Form, FormName, Item, Ladder, LadderParams
 from .notice import notice_message
 from .plan import RequestPlan
 from .render import Rendered
-from .slices import STRIDE, Steps, run_through
+from .slices import HEAVY_STRIDE, STRIDE, Steps, run_through
 from .stats import CompactionStats
 
 __all__ = (
@@ -81,7 +81,7 @@ def omitting_calls(history: History, decisions: Decisions) -> Steps[tuple[str, .
     yield
     facts: list[str] = []
     for index, seq in enumerate(sorted(owners)):
-        if index % STRIDE == STRIDE - 1:
+        if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
             yield
         public = entries[seq].public
         if public is not None and entries[seq].info.call_ids:
@@ -342,6 +342,7 @@ class Compactor:
     ) -> Steps[CompactionStats]:
         """``stats`` as steps."""
         omitted = yield from omitting_calls(history, staged)
+        yield
         system_count = before.system_count
         config = self._config()
         previous = plan.decisions.stats

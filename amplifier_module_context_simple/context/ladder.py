@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from .classify import MessageInfo
-from .slices import STRIDE, Steps, run_through
+from .slices import HEAVY_STRIDE, STRIDE, Steps, run_through
 
 __all__ = (
     "RUNG_COUNT",
@@ -197,19 +197,17 @@ class Ladder:
         self.level = RUNG_COUNT
         before = self.changes
         yield from self._truncate_largest_results()
-        groups = self._groups()
-        yield
+        groups = yield from self._groups()
         yield from self._remove_oldest(groups)
         for index, item in enumerate(self.items):
-            if index % STRIDE == STRIDE - 1:
+            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
                 yield
             if self.fits:
                 break
             if self._is_user_turn(item) and item.seq not in self.protected and item.form == "full":
                 self._stub(item)
         doomed: set[int] = set()
-        groups = self._groups()
-        yield
+        groups = yield from self._groups()
         for index, item in enumerate(self.items):
             if index % STRIDE == STRIDE - 1:
                 yield
@@ -242,7 +240,7 @@ class Ladder:
         yield
         results.sort(key=lambda item: item.tokens, reverse=True)
         for index, item in enumerate(results):
-            if index % STRIDE == STRIDE - 1:
+            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
                 yield
             if self.fits:
                 return
@@ -326,7 +324,7 @@ class Ladder:
         n = len(positions)
         protected_results = self._protected_results(positions)
         for count, index in enumerate(positions[int(n * lo) : int(n * hi)]):
-            if count % STRIDE == STRIDE - 1:
+            if count % HEAVY_STRIDE == HEAVY_STRIDE - 1:
                 yield
             if self.fits:
                 return
@@ -338,18 +336,19 @@ class Ladder:
                 self._replace(item, form, "truncated")
                 self.truncated.add(item.seq)
 
-    def _groups(self) -> dict[int, list[int]]:
-        # one step: a single cheap pass (about 1 ms over 16k items)
+    def _groups(self) -> Steps[dict[int, list[int]]]:
+        """Item indices by tool group, for the items in a tool group."""
         groups: dict[int, list[int]] = {}
         for index, item in enumerate(self.items):
+            if index % _CHUNK == _CHUNK - 1:
+                yield
             if item.info.call_ids or item.info.result_ids:
                 groups.setdefault(item.group, []).append(index)
         return groups
 
     def _removal_pass(self, fraction: float) -> Steps[None]:
         protected = yield from self._protected_positions(fraction)
-        groups = self._groups()
-        yield
+        groups = yield from self._groups()
         doomed: set[int] = set()
         for index, item in enumerate(self.items):
             if index % STRIDE == STRIDE - 1:
@@ -408,7 +407,7 @@ class Ladder:
     def _stub_pass(self, fraction: float) -> Steps[None]:
         protected = yield from self._protected_positions(fraction)
         for index, item in enumerate(self.items):
-            if index % STRIDE == STRIDE - 1:
+            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
                 yield
             if self.fits:
                 return
@@ -434,7 +433,7 @@ class Ladder:
         """Rung 8, first half: stub machine-written user turns that nobody retains."""
         last_user = self._last_user_position()
         for index, item in enumerate(self.items):
-            if index % STRIDE == STRIDE - 1:
+            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
                 yield
             if self.fits:
                 return

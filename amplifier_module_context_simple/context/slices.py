@@ -12,12 +12,24 @@ are keyed so a stale plan cannot poison them). So the same code runs
 - paced (``Pacer.run``): after each step the pacer looks at the clock, and once the
   slice's time budget has elapsed it checkpoints (``anyio.lowlevel.checkpoint``) and
   starts a new slice. Work shorter than one slice never checkpoints, so a small history
-  yields exactly as often as it did before.
+  yields exactly as often as it did before. The clock is this thread's CPU time
+  (``time.thread_time``): time the operating system gives other processes does not
+  count, so how often a request yields does not depend on what else the machine runs.
+
+One paced plan at a time per event loop: a plan that needs a second slice first takes
+the loop's *planning lock* (``anyio.Lock``, one per event loop run), in the order the plans
+asked for it, and keeps it until it is done. Ten sessions compacting at once then run one
+after another, each yielding between its slices, instead of all at once: the loop is held
+no longer than with one session, and only one plan's working state (its ladder, its
+candidate views) is alive at a time, so neither memory nor the collector's full passes grow
+with the number of sessions. Work that fits in one slice never touches the lock; while the
+lock is taken, a new plan's first slice is short (``QUEUED_SLICE_SECONDS``) before it
+queues.
 
 A paced plan may go stale while it is paused (``set_messages``, ``clear``, an admission,
 another commit); the caller decides what happens then (see the store's and the
 negotiator's docstrings). A checkpoint is a cancellation point: a cancelled plan is simply
-dropped, since nothing it built was the store's yet.
+dropped (and the lock released), since nothing it built was the store's yet.
 """
 
 from __future__ import annotations
@@ -26,21 +38,50 @@ import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Final, TypeVar
 
+import anyio
 import anyio.lowlevel
 
-__all__ = ("SLICE_SECONDS", "STRIDE", "Pacer", "Steps", "run_through")
+__all__ = (
+    "HEAVY_STRIDE",
+    "QUEUED_SLICE_SECONDS",
+    "SLICE_SECONDS",
+    "STRIDE",
+    "Pacer",
+    "Steps",
+    "planning_lock",
+    "run_through",
+)
 
 T = TypeVar("T")
 
 Steps = Generator[None, None, T]
 """Planning work that yields where it may pause and returns its result."""
 
-SLICE_SECONDS: Final = 0.004
-"""Work between two checkpoints of a paced plan (seconds): one slice plus at most one step
-stays well under the 10 ms a request may hold the loop."""
+SLICE_SECONDS: Final = 0.003
+"""Work between two checkpoints of a paced plan (CPU seconds): one slice plus at most one
+step stays well under the 10 ms a request may hold the loop."""
+
+QUEUED_SLICE_SECONDS: Final = 0.0005
+"""A plan's first slice while another plan holds the planning lock."""
 
 STRIDE: Final = 64
 """Items a loop handles between two pause points (a step stays far below a slice)."""
+
+HEAVY_STRIDE: Final = 16
+"""Items between two pause points in a loop that may compute a reduced form, or a call's
+facts, for each (tens of microseconds apiece)."""
+
+_LOCK: anyio.lowlevel.RunVar[anyio.Lock] = anyio.lowlevel.RunVar("context_simple_planning")
+
+
+def planning_lock() -> anyio.Lock:
+    """The current event loop's planning lock (see the module docstring)."""
+    try:
+        return _LOCK.get()
+    except LookupError:
+        lock = anyio.Lock()
+        _LOCK.set(lock)
+        return lock
 
 
 def run_through(steps: Steps[T]) -> T:
@@ -56,8 +97,8 @@ class Pacer:
     """Runs planning steps, checkpointing once a slice's time budget has elapsed.
 
     Args:
-        budget: seconds of work per slice; 0 checkpoints at every pause point (the sweeps
-            use that to reach every await point deterministically).
+        budget: CPU seconds of work per slice; 0 checkpoints at every pause point (the
+            sweeps use that to reach every await point deterministically).
         checkpoint: the await between slices (``anyio.lowlevel.checkpoint``; tests route
             it through a fault plan).
     """
@@ -77,12 +118,18 @@ class Pacer:
     async def run(self, steps: Steps[T]) -> T:
         """Run ``steps`` to completion, checkpointing between slices; its result.
 
-        An exception from a step, or a cancellation at a checkpoint, propagates; the
-        steps are closed either way.
+        At its first checkpoint the plan takes the planning lock (waiting its turn while
+        another plan holds it) and keeps it to the end. An exception from a step, or a
+        cancellation at a checkpoint, propagates; the steps are closed and the lock
+        released either way.
         """
-        clock = time.perf_counter
+        clock = time.thread_time
         budget = self.budget
-        deadline = clock() + budget
+        lock: anyio.Lock | None = None
+        first = budget
+        if planning_lock().locked():
+            first = min(budget, QUEUED_SLICE_SECONDS)
+        deadline = clock() + first
         try:
             while True:
                 try:
@@ -90,7 +137,23 @@ class Pacer:
                 except StopIteration as done:
                     return done.value  # type: ignore[no-any-return]  # noqa: ASYNC910
                 if clock() >= deadline:
-                    await self.checkpoint()
+                    if lock is None:
+                        # taken before the checkpoint, so that a plan starting meanwhile
+                        # sees it taken and queues after a short first slice
+                        waiting = planning_lock()
+                        try:
+                            waiting.acquire_nowait()
+                        except anyio.WouldBlock:
+                            await self.checkpoint()
+                            await waiting.acquire()
+                            lock = waiting
+                        else:
+                            lock = waiting  # (before the await: released if cancelled there)
+                            await self.checkpoint()
+                    else:
+                        await self.checkpoint()
                     deadline = clock() + budget
         finally:
             steps.close()
+            if lock is not None:
+                lock.release()

@@ -540,6 +540,7 @@ class ContextStore:
                 list(rendered.messages), plan.decisions, room=ceiling - rendered.tokens
             )
             ceiling = min(ceiling, rendered.tokens + before_notice)
+            yield
         messages, notice_tokens = self._with_notice(
             view.messages, decisions, room=ceiling - view.tokens
         )

@@ -351,13 +351,14 @@ def test_the_state_machine_catches_an_illegal_event_with_an_effect(
 # -- T9/T10 ---------------------------------------------------------------------------------------
 
 
-def ungrouped(self: Ladder) -> dict[int, list[int]]:
+def ungrouped(self: Ladder) -> Steps[dict[int, list[int]]]:
     """MUTANT: every message is a tool group of its own (pairing ignored)."""
     groups: dict[int, list[int]] = {}
     for index, item in enumerate(self.items):
         item.group = item.seq
         if item.info.call_ids or item.info.result_ids:
             groups.setdefault(item.group, []).append(index)
+    yield
     return groups
 
 
