@@ -267,8 +267,7 @@ class Compactor:
         reported = plan.decisions.floor_reported
         if ladder.changes == 0 and (not over or reported):
             return None, mark
-        staged = plan.decisions.merged(ladder)
-        yield
+        staged = yield from plan.decisions.merging(ladder)
         stats = yield from self.stating(history, plan, before, ladder, staged, target)
         if over:
             self._warn_floor(stats, first=not reported)

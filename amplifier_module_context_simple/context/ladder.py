@@ -59,7 +59,7 @@ FormName = Literal["full", "truncated", "stubbed"]
 
 RUNG_COUNT: Final = 8
 
-_CHUNK: Final = 16 * STRIDE
+_CHUNK: Final = 8 * STRIDE
 """Items a cheap whole-list pass (a filter, an index) handles between two pause points."""
 
 

@@ -145,8 +145,7 @@ class Negotiable:
         ladder = yield from self._laddered()
         if not (yield from ladder.applying(rung)):
             return None
-        merged = self._plan.decisions.merged(ladder)
-        yield
+        merged = yield from self._plan.decisions.merging(ladder)
         return (yield from self._candidate(merged))
 
     def reduce_floor(self, limit: int) -> Candidate | None:
@@ -162,8 +161,7 @@ class Negotiable:
         yield from self._store._reducing_floor(ladder, limit)
         if ladder.changes == before:
             return None
-        merged = self._plan.decisions.merged(ladder)
-        yield
+        merged = yield from self._plan.decisions.merging(ladder)
         return (yield from self._candidate(merged))
 
     def fallback(self) -> Candidate | None:
@@ -194,8 +192,7 @@ class Negotiable:
             return None
         self._ladder = ladder
         self._stats_target = store._ordinary_target(plan)
-        merged = plan.decisions.merged(ladder)
-        yield
+        merged = yield from plan.decisions.merging(ladder)
         return (yield from self._candidate(merged))
 
     def finalised(self, candidate: Candidate, **measurement: Any) -> Candidate:
@@ -206,7 +203,7 @@ class Negotiable:
     def finalising(self, candidate: Candidate, **measurement: Any) -> Steps[Candidate]:
         """``finalised`` as steps."""
         store, plan = self._store, self._plan
-        rendered = yield from store._rendering(plan, plan.decisions)
+        rendered = yield from store._rendering(plan, plan.decisions, copy=False)
         ladder = yield from self._laddered()
         stats = yield from store._compactor.stating(
             plan.history, plan, rendered, ladder, candidate.decisions, self._stats_target

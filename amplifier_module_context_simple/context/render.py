@@ -48,6 +48,12 @@ class Rendered:
     """How many unanswered calls the view answers with synthesized results."""
     message_tokens: Sequence[int] = ()
     """The estimate of each message of ``messages`` (shared, read-only)."""
+    shared: bool = False
+    """The body messages are the renderer's own dicts, not copies: read them, never hand
+    them out or change them (``Renderer.copying`` makes the copies)."""
+    with_metadata: tuple[list[int], int] = ([], 0)
+    """Of a shared view: the body positions whose metadata dict a copy copies too (the
+    first ``count`` of the renderer's list, which only ever grows)."""
 
     def prefix_kept(self, other: Sequence[Mapping[str, Any]]) -> tuple[int, int | None]:
         """Tokens of the leading messages ``other`` shows unchanged from this view, and the
@@ -143,8 +149,11 @@ class Renderer:
         decisions: Decisions,
         protected: frozenset[int],
         factory_text: str | None,
+        copy: bool = True,
     ) -> Steps[Rendered]:
-        """``render`` as steps (see the module docstring)."""
+        """``render`` as steps (see the module docstring). ``copy=False``: a *shared*
+        view (its body is the renderer's own dicts; see ``Rendered.shared``), for a
+        request that only reads it and then renders the view it returns."""
         overrides = decisions.overrides
         intact = protected.intersection(overrides) if overrides else frozenset()
         key = (epoch, history.order_version, frozenset(intact), factory_text is not None)
@@ -183,26 +192,39 @@ class Renderer:
             token_list = [factory_tokens, *token_list]
         # What this view shows is fixed now: another request may append to the remembered
         # lists while this one is paused, never change what is already there.
-        source, count = shown.body, len(shown.body)
-        with_metadata = shown.with_metadata[:]
-        body_tokens, synthesized = shown.body_tokens, shown.synthesized
-        body: list[dict[str, Any]] = []
-        for start in range(0, count, _CHUNK):
-            if start:
-                yield
-            body.extend(map(dict.copy, source[start : min(start + _CHUNK, count)]))
-        for position, index in enumerate(with_metadata):
-            if position % _CHUNK == _CHUNK - 1:
-                yield
-            body[index]["metadata"] = body[index]["metadata"].copy()
-        return Rendered(
+        body = shown.body[:]
+        view = Rendered(
             messages=systems + body if systems else body,
-            tokens=system_tokens + body_tokens,
+            tokens=system_tokens + shown.body_tokens,
             system_count=len(systems),
             system_tokens=system_tokens,
-            synthesized=synthesized,
+            synthesized=shown.synthesized,
             message_tokens=_Concat(token_list, shown.body_token_list),
+            shared=True,
+            with_metadata=(shown.with_metadata, len(shown.with_metadata)),
         )
+        if not copy:
+            return view
+        return (yield from self.copying(view))
+
+    @staticmethod
+    def copying(view: Rendered) -> Steps[Rendered]:
+        """A shared ``view`` with new message dicts (and new metadata dicts), as steps."""
+        if not view.shared:
+            return view
+        messages, offset = view.messages, view.system_count
+        copied = messages[:offset]  # (the system messages are copies already)
+        for start in range(offset, len(messages), _CHUNK):
+            if start > offset:
+                yield
+            copied.extend(map(dict.copy, messages[start : start + _CHUNK]))
+        positions, count = view.with_metadata
+        for position in range(count):
+            if position % _CHUNK == _CHUNK - 1:
+                yield
+            message = copied[offset + positions[position]]
+            message["metadata"] = message["metadata"].copy()
+        return dataclasses.replace(view, messages=copied, shared=False, with_metadata=([], 0))
 
     def _factory_tokens(self, text: str) -> int:
         cached = self._factory

@@ -57,9 +57,11 @@ T = TypeVar("T")
 Steps = Generator[None, None, T]
 """Planning work that yields where it may pause and returns its result."""
 
-SLICE_SECONDS: Final = 0.003
-"""Work between two checkpoints of a paced plan (CPU seconds): one slice plus at most one
-step stays well under the 10 ms a request may hold the loop."""
+SLICE_SECONDS: Final = 0.0015
+"""Work between two checkpoints of a paced plan (CPU seconds). One slice plus at most one
+step (about a millisecond at most) stays far under the 10 ms a request may hold the loop,
+even counted twice: an asyncio loop runs every task that was ready when an iteration
+started before it looks at its timers, so a timer waits up to two slices."""
 
 QUEUED_SLICE_SECONDS: Final = 0.0005
 """A plan's first slice while another plan holds the planning lock."""

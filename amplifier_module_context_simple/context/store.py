@@ -506,7 +506,8 @@ class ContextStore:
             RequiredContentTooLargeError: required content cannot fit (retaining and
                 hard-fit requests).
         """
-        rendered = yield from self._rendering(plan, plan.decisions)
+        # read only (shared): the view returned is rendered, or copied, below
+        rendered = yield from self._rendering(plan, plan.decisions, copy=False)
         self._check_required_floor(plan, rendered)
         estimated = rendered.tokens
         used = self._used_tokens(estimated)
@@ -519,9 +520,10 @@ class ContextStore:
                 plan.history, plan, rendered, floor
             )
         decisions = staged if staged is not None else plan.decisions
-        view = rendered
         if staged is not None:
             view = yield from self._rendering(plan, decisions)
+        else:
+            view = yield from self._renderer.copying(rendered)
         if (
             staged is not None
             and staged.stats is not None
@@ -658,8 +660,10 @@ class ContextStore:
         """The view for ``plan`` under ``decisions`` (copies; system messages first)."""
         return run_through(self._rendering(plan, decisions))
 
-    def _rendering(self, plan: RequestPlan, decisions: Decisions) -> Steps[Rendered]:
-        """``_render`` as steps."""
+    def _rendering(
+        self, plan: RequestPlan, decisions: Decisions, *, copy: bool = True
+    ) -> Steps[Rendered]:
+        """``_render`` as steps (``copy=False``: a shared view, see ``Rendered.shared``)."""
         return self._renderer.rendering(
             plan.history,
             plan.length,
@@ -667,6 +671,7 @@ class ContextStore:
             decisions=decisions,
             protected=plan.protected,
             factory_text=plan.factory_text,
+            copy=copy,
         )
 
     def _check_required_floor(self, plan: RequestPlan, rendered: Rendered) -> None:

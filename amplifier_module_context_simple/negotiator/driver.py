@@ -204,7 +204,8 @@ class Negotiation:
         self.fit_output = fit_output
         self.machine = _Machine(seam)
         self.count_calls = 0
-        self.attempts: list[Attempt] = []
+        self.oversized: list[Decision] = []
+        """The decisions of the counts known to exceed the provider's limit."""
         self.final = seam.base
         """The candidate the result returns (for the meter stats)."""
 
@@ -215,7 +216,8 @@ class Negotiation:
         self.count_calls += 1
         self.machine.counted()
         attempt = Attempt(candidate, envelope, read_decision(envelope))
-        self.attempts.append(attempt)
+        if attempt.oversize:
+            self.oversized.append(attempt.decision)
         return attempt
 
     def result(
@@ -338,7 +340,7 @@ class Negotiation:
     def _recount_unavailable(self, initial: Attempt) -> dict[str, Any]:
         """A recount lost its measurement: keep nothing, fail closed if known oversize."""
         self.machine.rollback()
-        oversize = [attempt.decision for attempt in self.attempts if attempt.oversize]
+        oversize = self.oversized
         if oversize:
             raise ProviderLimitError(
                 f"{CANNOT_FIT}: the provider recount became unavailable after a request known "

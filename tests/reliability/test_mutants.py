@@ -384,8 +384,10 @@ def test_the_view_properties_catch_missing_synthesized_results(
 def test_the_view_properties_catch_a_leaked_sequence_id(monkeypatch: pytest.MonkeyPatch) -> None:
     original = SimpleContextManager._rendering
 
-    def leaking_render(self: SimpleContextManager, plan: Any, decisions: Any) -> Steps[Rendered]:
-        rendered = yield from original(self, plan, decisions)
+    def leaking_render(
+        self: SimpleContextManager, plan: Any, decisions: Any, **kwargs: Any
+    ) -> Steps[Rendered]:
+        rendered = yield from original(self, plan, decisions, **kwargs)
         for position, message in enumerate(rendered.messages):
             if message.get("role") != "system":  # MUTANT: bookkeeping reaches the view
                 message["metadata"] = {**(message.get("metadata") or {}), "_seq": position}
