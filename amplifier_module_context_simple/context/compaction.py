@@ -159,6 +159,7 @@ class Compactor:
             seq = entry.seq
             message, tokens = entry.public, entry.tokens
             form: FormName = "full"
+            override: Form | None = None
             if seq not in plan.protected and seq in overrides:
                 override = overrides[seq]
                 if override is None:
@@ -166,7 +167,8 @@ class Compactor:
                 message, tokens = override
                 form = "truncated" if seq in decisions.truncated else "stubbed"
             assert message is not None
-            items.append(Item(seq, entry.info, message, tokens, history.group_of(seq), form))
+            group = history.group_of(seq)
+            items.append(Item(seq, entry.info, message, tokens, group, form, reduced=override))
         # A group is complete only if its results are inside the request's snapshot: a
         # result admitted after it (a negotiation awaits between plan and ladder) is not in
         # this view, so its call must not be removed as if it were answered here. A call

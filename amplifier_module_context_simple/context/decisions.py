@@ -68,7 +68,10 @@ class Decisions:
             if index % _CHUNK == _CHUNK - 1:
                 yield
             if item.seq in ladder.truncated or item.seq in ladder.stubbed:
-                overrides[item.seq] = (item.message, item.tokens)
+                reduced = item.reduced
+                overrides[item.seq] = (
+                    reduced if reduced is not None else (item.message, item.tokens)
+                )
         for index, seq in enumerate(ladder.removed):
             if index % _CHUNK == _CHUNK - 1:
                 yield

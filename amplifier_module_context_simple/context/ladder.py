@@ -75,6 +75,9 @@ class Item:
     form: FormName = "full"
     synthesized: int = 0
     """Synthesized results shown with this call message (counted in ``tokens``)."""
+    reduced: Form | None = None
+    """The ``(message, tokens)`` pair of the reduced form shown (shared with the forms
+    cache and the decisions, so that merging allocates nothing per message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,7 +320,7 @@ class Ladder:
     def _replace(self, item: Item, form: tuple[dict[str, Any], int], kind: FormName) -> None:
         message, tokens = form
         self.total += tokens - item.tokens
-        item.message, item.tokens, item.form = message, tokens, kind
+        item.message, item.tokens, item.form, item.reduced = message, tokens, kind, form
 
     def _truncate_wave(self, lo: float, hi: float) -> Steps[None]:
         positions = yield from self._result_positions()

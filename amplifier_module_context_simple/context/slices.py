@@ -10,21 +10,22 @@ are keyed so a stale plan cannot poison them). So the same code runs
 
 - to completion, without pausing (``run_through``: synchronous callers and tests), or
 - paced (``Pacer.run``): after each step the pacer looks at the clock, and once the
-  slice's time budget has elapsed it checkpoints (``anyio.lowlevel.checkpoint``) and
-  starts a new slice. Work shorter than one slice never checkpoints, so a small history
-  yields exactly as often as it did before. The clock is this thread's CPU time
-  (``time.thread_time``): time the operating system gives other processes does not
-  count, so how often a request yields does not depend on what else the machine runs.
+  slice's time budget has elapsed it yields to the loop (``yield_to_the_loop``: two
+  anyio checkpoints) and starts a new slice. Work shorter than one slice never yields,
+  so a small history yields exactly as often as it did before. The clock is this
+  thread's CPU time (``time.thread_time``): time the operating system gives other
+  processes does not count, so how often a request yields does not depend on what else
+  the machine runs.
 
 One paced plan at a time per event loop: a plan that needs a second slice first takes
 the loop's *planning lock* (``anyio.Lock``, one per event loop run), in the order the plans
 asked for it, and keeps it until it is done. Ten sessions compacting at once then run one
 after another, each yielding between its slices, instead of all at once: the loop is held
 no longer than with one session, and only one plan's working state (its ladder, its
-candidate views) is alive at a time, so neither memory nor the collector's full passes grow
-with the number of sessions. Work that fits in one slice never touches the lock; while the
-lock is taken, a new plan's first slice is short (``QUEUED_SLICE_SECONDS``) before it
-queues.
+candidate views) is alive at a time, so the memory it takes, and the part of the
+collector's full passes it causes, do not grow with the number of sessions. Work that fits
+in one slice never touches the lock; while the lock is taken, a new plan's first slice is
+short (``QUEUED_SLICE_SECONDS``) before it queues.
 
 A paced plan may go stale while it is paused (``set_messages``, ``clear``, an admission,
 another commit); the caller decides what happens then (see the store's and the
@@ -50,6 +51,7 @@ __all__ = (
     "Steps",
     "planning_lock",
     "run_through",
+    "yield_to_the_loop",
 )
 
 T = TypeVar("T")
@@ -58,10 +60,8 @@ Steps = Generator[None, None, T]
 """Planning work that yields where it may pause and returns its result."""
 
 SLICE_SECONDS: Final = 0.0015
-"""Work between two checkpoints of a paced plan (CPU seconds). One slice plus at most one
-step (about a millisecond at most) stays far under the 10 ms a request may hold the loop,
-even counted twice: an asyncio loop runs every task that was ready when an iteration
-started before it looks at its timers, so a timer waits up to two slices."""
+"""Work between two yields of a paced plan (CPU seconds). One slice plus at most one step
+(about a millisecond at most) stays far under the 10 ms a request may hold the loop."""
 
 QUEUED_SLICE_SECONDS: Final = 0.0005
 """A plan's first slice while another plan holds the planning lock."""
@@ -74,6 +74,16 @@ HEAVY_STRIDE: Final = 16
 facts, for each (tens of microseconds apiece)."""
 
 _LOCK: anyio.lowlevel.RunVar[anyio.Lock] = anyio.lowlevel.RunVar("context_simple_planning")
+
+
+async def yield_to_the_loop() -> None:
+    """Two checkpoints, so that the loop runs whatever became ready while the plan worked
+    (a due timer, a woken task) before the plan's next slice: an asyncio loop runs every
+    callback that was ready when an iteration began before it looks at its timers again,
+    so after a single checkpoint a timer that fell due during a slice would wait for the
+    next slice too."""
+    await anyio.lowlevel.checkpoint()
+    await anyio.lowlevel.checkpoint()
 
 
 def planning_lock() -> anyio.Lock:
@@ -101,8 +111,8 @@ class Pacer:
     Args:
         budget: CPU seconds of work per slice; 0 checkpoints at every pause point (the
             sweeps use that to reach every await point deterministically).
-        checkpoint: the await between slices (``anyio.lowlevel.checkpoint``; tests route
-            it through a fault plan).
+        checkpoint: the await between slices (``yield_to_the_loop``; tests route it
+            through a fault plan).
     """
 
     __slots__ = ("budget", "checkpoint")
@@ -110,7 +120,7 @@ class Pacer:
     def __init__(
         self,
         budget: float = SLICE_SECONDS,
-        checkpoint: Callable[[], Awaitable[None]] = anyio.lowlevel.checkpoint,
+        checkpoint: Callable[[], Awaitable[None]] = yield_to_the_loop,
     ) -> None:
         if budget < 0:
             raise ValueError(f"a slice budget must be >= 0 seconds, got {budget!r}")

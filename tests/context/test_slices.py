@@ -325,11 +325,11 @@ async def test_an_admission_while_a_negotiation_planned_does_not_concern_it(
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
-@pytest.mark.parametrize("n", [1_000, 4_000])
+@pytest.mark.parametrize("n", [1_000, 2_000])
 async def test_a_steady_request_on_a_small_history_yields_as_often_as_an_unpaced_one(
     n: int, anyio_backend: str
 ) -> None:
-    """A steady-state request (nothing to compact) on 1k and 4k benchmark messages takes
+    """A steady-state request (nothing to compact) on 1k and 2k benchmark messages takes
     exactly the scheduler steps of the same request planned without pausing. (The
     collector is off for the two requests: a full pass in the test process would count as
     the request's CPU time.)"""

@@ -98,7 +98,7 @@ async def test_sliced_native_sweep(op: Operation, persistent: bool, anyio_backen
 @pytest.mark.parametrize("op", SLICED, ids=IDS)
 async def test_sliced_step_sweep(op: Operation, anyio_backend: str) -> None:
     """T5: cancel before every scheduler step of the operation's task, the pacer
-    checkpointing at every pause point (``anyio.lowlevel.checkpoint``)."""
+    yielding at every pause point with its own checkpoints (``yield_to_the_loop``)."""
     with track_transactions() as ledger:
 
         async def prepare(plan: FaultPlan) -> Prepared[Any]:
