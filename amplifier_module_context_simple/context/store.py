@@ -451,6 +451,8 @@ class ContextStore:
         inputs = await self._request_inputs(token_budget=token_budget, provider=provider)
         attempt = 0
         while True:
+            if inputs[2] is not self._config:  # reconfigured meanwhile: derive the budget again
+                inputs = (self._derive(token_budget, provider), *inputs[1:])
             plan = self._snapshot(
                 inputs,
                 token_budget=token_budget,
@@ -571,20 +573,31 @@ class ContextStore:
             inputs, token_budget=token_budget, provider=provider, retain=retain, hard_fit=hard_fit
         )
 
-    async def _request_inputs(
-        self, *, token_budget: int | None, provider: Any
-    ) -> tuple[dict[str, Any], str | None]:
-        """The budget's provenance (before a learned limit) and the system prompt factory's
-        text: what a request takes from outside the store."""
-        await anyio.lowlevel.checkpoint()
+    def _derive(self, token_budget: int | None, provider: Any) -> dict[str, Any]:
+        """The budget's provenance under the current configuration (before a learned
+        limit).
+
+        Raises:
+            ValueError: ``token_budget`` is not a positive integer.
+        """
         config = self._config
-        provenance = derive_budget(
+        return derive_budget(
             token_budget=token_budget,
             provider=provider,
             max_tokens=config.max_tokens,
             max_tokens_fallback=config.max_tokens_fallback,
             output_reserve_fraction=config.output_reserve_fraction,
         )
+
+    async def _request_inputs(
+        self, *, token_budget: int | None, provider: Any
+    ) -> tuple[dict[str, Any], str | None, ContextConfig]:
+        """What a request takes from outside the store: the budget's provenance (before a
+        learned limit), the system prompt factory's text, and the configuration the budget
+        was derived under."""
+        await anyio.lowlevel.checkpoint()
+        config = self._config
+        provenance = self._derive(token_budget, provider)
         factory_text: str | None = None
         if self._factory is not None:
             text = await self._factory()
@@ -593,11 +606,11 @@ class ContextStore:
                     f"system prompt factory returned {type(text).__name__}, expected str"
                 )
             factory_text = text
-        return provenance, factory_text
+        return provenance, factory_text, config
 
     def _snapshot(
         self,
-        inputs: tuple[dict[str, Any], str | None],
+        inputs: tuple[dict[str, Any], str | None, ContextConfig],
         *,
         token_budget: int | None,
         provider: Any,
@@ -609,7 +622,7 @@ class ContextStore:
         Raises:
             RetainedContentMissingError: a retained body is not in the admitted history.
         """
-        provenance, factory_text = inputs
+        provenance, factory_text, _ = inputs
         config = self._config
         limit = self._learned
         if config.learn_provider_limits:

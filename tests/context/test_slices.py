@@ -6,10 +6,10 @@ checkpoint at every pause point) through a checkpoint that can move the store at
 k-th call, for every k the request reaches:
 
 - ordinary, retaining and hard-fit requests re-plan when the store moved (``set_messages``,
-  ``clear``, ``add_message``, another commit): what they return and commit equals what the
-  same request returns and commits on a twin store that saw the same move *before* the
-  request (the request happened as a whole, at its commit step, on the moved store); a
-  history that keeps changing ends in one unpaced plan;
+  ``clear``, ``add_message``, another commit, a configuration change): what they return
+  and commit equals what the same request returns and commits on a twin store that saw
+  the same move *before* the request (the request happened as a whole, at its commit
+  step, on the moved store); a history that keeps changing ends in one unpaced plan;
 - a negotiated request stops with ``TransactionConflictError`` when the history was
   replaced while it planned, leaving the store exactly as the move left it; after another
   commit its own commit is a conflict; an admission does not concern it (the request is
@@ -142,11 +142,18 @@ async def _another_commit(manager: SimpleContextManager, other: RequestTransacti
     assert await other.commit() is True
 
 
+async def _reconfigure(manager: SimpleContextManager, other: RequestTransaction) -> None:
+    manager.target_usage = 0.3
+    manager.max_tokens = 2000  # below the requests' 2400: the budget is derived again
+    await anyio.lowlevel.checkpoint()
+
+
 MOVES: dict[str, Move] = {
     "set_messages": _set_messages,
     "clear": _clear,
     "add_message": _add_message,
     "another_commit": _another_commit,
+    "reconfigure": _reconfigure,
 }
 
 
@@ -201,8 +208,9 @@ async def test_a_stale_ordinary_plan_is_replanned_never_applied(
     kind: str, move: str, anyio_backend: str
 ) -> None:
     """At every pause point of an ordinary, retaining or hard-fit request the store moves
-    (``set_messages``, ``clear``, ``add_message``, another commit): the request returns (or
-    raises) and commits exactly what it does on a twin store that moved first."""
+    (``set_messages``, ``clear``, ``add_message``, another commit, a configuration change):
+    the request returns (or raises) and commits exactly what it does on a twin store that
+    moved first."""
     await check_replanned(kind, move)
 
 
