@@ -51,7 +51,7 @@ class Rendered:
     shared: bool = False
     """The body messages are the renderer's own dicts, not copies: read them, never hand
     them out or change them (``Renderer.copying`` makes the copies)."""
-    with_metadata: tuple[list[int], int] = ([], 0)
+    with_metadata: tuple[Sequence[int], int] = ((), 0)
     """Of a shared view: the body positions whose metadata dict a copy copies too (the
     first ``count`` of the renderer's list, which only ever grows)."""
 
@@ -224,7 +224,7 @@ class Renderer:
                 yield
             message = copied[offset + positions[position]]
             message["metadata"] = message["metadata"].copy()
-        return dataclasses.replace(view, messages=copied, shared=False, with_metadata=([], 0))
+        return dataclasses.replace(view, messages=copied, shared=False, with_metadata=((), 0))
 
     def _factory_tokens(self, text: str) -> int:
         cached = self._factory
