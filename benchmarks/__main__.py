@@ -451,7 +451,9 @@ Legend
   request is get_measured_request_view with an instant count (count = messages x the
   history's mean tokens per message), committed. "collector not frozen": the same run
   without gc.freeze(). Steady-state / shallow copy: a steady-state request over
-  [dict(m) for m in history], median CPU times of 21 alternating samples.
+  [dict(m) for m in history], median CPU times of 21 alternating samples. The load
+  targets judge the ticker's max CPU lag without the collector's passes (what the
+  module's requests hold the loop for); the lag with them is shown beside.
 - Negotiated requests (benchmarks/negotiation.py): get_measured_request_view with
   token_meter "actual"; generated = windows of 40-400 messages of 6 content mixes x 3
   seeds; real = every real conversation, whole, with 8 budgets each. The simulated
