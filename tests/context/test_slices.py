@@ -44,7 +44,6 @@ from amplifier_module_context_simple.errors import (
     TransactionConflictError,
 )
 from amplifier_module_context_simple.negotiator.transaction import (
-    TERMINAL,
     RequestTransaction,
     TxnState,
 )
@@ -474,8 +473,10 @@ async def test_a_plan_that_raises_or_is_cancelled_releases_the_lock(anyio_backen
 
 
 async def test_a_cancelled_request_leaves_no_plan_behind(anyio_backend: str) -> None:
-    """Cancelled at a pause point, a request changes nothing, holds no lock, and the same
-    request then returns what it returns on a twin store."""
+    """Cancelled at a pause point in the middle of a negotiation, a request changes
+    nothing, leaves its transaction rolled back, holds no lock, and the same request then
+    returns what it returns on a twin store."""
+    middle = await pause_points(negotiate, prepared=False) // 2
     manager = await loaded()
     before = snapshot(manager)
     with anyio.CancelScope() as scope:
@@ -483,11 +484,11 @@ async def test_a_cancelled_request_leaves_no_plan_behind(anyio_backend: str) -> 
         async def cancel() -> None:
             scope.cancel()
 
-        manager._pacer = Pacer(0.0, Interference(2, cancel))
+        manager._pacer = Pacer(0.0, Interference(middle, cancel))
         with track_transactions() as ledger:
             await negotiate(manager)
     assert scope.cancelled_caught and not planning_lock().locked()
-    assert all(m.state in TERMINAL for m in ledger.created)
+    assert [m.state for m in ledger.created] == [TxnState.ROLLED_BACK]
     assert snapshot(manager) == before and snapshot(manager).same_objects(before)
     twin = await loaded()
     assert freeze(await REQUESTS["ordinary"](manager)) == freeze(await REQUESTS["ordinary"](twin))
