@@ -55,7 +55,7 @@ class SimpleContextManager(ContextStore):
             ProviderLimitError: the request cannot fit (a ``ContextLengthError``); nothing
                 staged is kept.
             TransactionConflictError: the history was replaced while the request was
-                being counted; nothing is kept.
+                being planned or counted; nothing is kept.
         """
         if self.token_meter != TOKEN_METER_ACTUAL:
             raise TokenMeterError("measured request views require token_meter='actual'")

@@ -2,10 +2,11 @@
 
     uv run --frozen python -m benchmarks [--cases N] [--strict]
 
-One table, five sections: per-history-size timings and memory, beside a MODEL of part of
-the old module's per-request work (``benchmarks.timing``: its estimator and copy, not the
-old module itself, so the ratios to it are lower bounds), provider counts per negotiated
-request with and without count skipping on generated and on real conversations (``benchmarks.negotiation``
+One table, six sections: per-history-size timings and memory, beside a MODEL of part
+of the old module's per-request work (``benchmarks.timing``: its estimator and copy, not
+the old module itself, so the ratios to it are lower bounds), many sessions on one event
+loop (``benchmarks.load``), provider counts per negotiated request with and without count
+skipping on generated and on real conversations (``benchmarks.negotiation``
 with the independent counter of ``benchmarks.provider``), the estimator's ratio to
 o200k_base per content class on the synthetic corpus (``benchmarks.calibrate``) and on
 real messages (``benchmarks.real``), and the targets with PASS/FAIL. A legend
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from benchmarks import calibrate, negotiation, real, timing
+from benchmarks import load as load_bench
 from benchmarks.timing import SizeResult
 
 STEADY_SPEEDUP_TARGET = 20.0
@@ -445,6 +447,24 @@ Legend
   (the decoded list dropped): what the manager keeps, content included. Request extra =
   tracemalloc peak during one steady-state request minus current before it (the returned
   view counted); the old-module model's extra likewise for its request.
+- Load (benchmarks/load.py): 1, 10 and 100 sessions on one asyncio loop beside a ticker
+  task sleeping 1 ms at a time, for 1.5 s (each session finishes the cycle it started).
+  A session's cycle: its store back to the freshly loaded state, one first-compaction
+  request (budget half the history's tokens), 3 sticky-reuse requests. The sessions of
+  a size share one admitted history (requests never change it; 100 private 16k copies
+  would take ~6 GB), and their state is kept out of the collector (gc.freeze() once
+  loaded, as a long-running host does: README). Ticker lag = how late the ticker woke,
+  in this process's CPU time between two wake-ups less the 1 ms sleep (wall time in
+  brackets: it also counts other processes' time); "without collector" = less the CPU
+  time of the cyclic garbage collector's passes in between (each pass walks every live
+  object of every session: the interpreter's, not a request's); requests/s over all
+  sessions; request p99 = wall time from call to return. Negotiated rows: the compacting
+  request is get_measured_request_view with an instant count (count = messages x the
+  history's mean tokens per message), committed. "collector not frozen": the same run
+  without gc.freeze(). Steady-state / shallow copy: a steady-state request over
+  [dict(m) for m in history], median CPU times of 21 alternating samples. The load
+  targets judge the ticker's max CPU lag without the collector's passes (what the
+  module's requests hold the loop for); the lag with them is shown beside.
 - Negotiated requests (benchmarks/negotiation.py): get_measured_request_view with
   token_meter "actual"; generated = windows of 40-400 messages of 6 content mixes x 3
   seeds; real = every real conversation, whole, with 8 budgets each. The simulated
@@ -496,6 +516,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = timing.run()
     phases.append(("sizes", time.perf_counter() - t))
     t = time.perf_counter()
+    loaded = load_bench.run()
+    phases.append(("load", time.perf_counter() - t))
+    t = time.perf_counter()
     conversations = real.conversations()
     summary = negotiation.run(args.cases)
     real_summary = negotiation.run_real(conversations)
@@ -507,6 +530,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     targets = [
         *size_targets(results),
+        *(Target(*target) for target in load_bench.targets(loaded)),
         *negotiation_targets(summary),
         *negotiation_targets(real_summary),
         calibration_target(rows),
@@ -520,6 +544,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     table.section(
         ["per history size (messages)", *(f"{r.n:,}" for r in results)], size_rows(results)
+    )
+    table.section(
+        [
+            "load: sessions on one event loop (1 ms ticker)",
+            *(f"{n:,}" for n in load_bench.SIZES),
+        ],
+        load_bench.rows(loaded, load_bench.SIZES),
     )
     table.section(
         ["negotiated requests (provider counts)", "count skipping (default)", "count_every_rung"],

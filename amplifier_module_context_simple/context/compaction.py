@@ -5,6 +5,13 @@ retaining and hard-fit requests, and keeps two things between requests: the redu
 forms it has computed (a cache by sequence id; entries never change) and the mark of a
 reported protected floor (the storm guard). It never touches the committed decisions: it
 returns staged ones, and the store commits them at its commit boundary.
+
+Its work grows with the history, so it is written as generators of steps (``slices.py``):
+``laddering``, ``compacting`` and ``stating`` pause every ``STRIDE`` items; ``ladder``,
+``compact`` and ``stats`` run them through. A paused run reads only its request's snapshot
+(the history object and decisions of the plan); the forms it caches are keyed by the
+history's epoch, so a run whose history was replaced meanwhile cannot poison the cache of
+the new one.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from .ladder import Form, FormName, Item, Ladder, LadderParams
 from .notice import notice_message
 from .plan import RequestPlan
 from .render import Rendered
+from .slices import HEAVY_STRIDE, STRIDE, Steps, run_through
 from .stats import CompactionStats
 
 __all__ = (
@@ -62,11 +70,19 @@ MAX_OMITTED_CALLS: Final = 100
 
 def omitted_calls(history: History, decisions: Decisions) -> tuple[str, ...]:
     """Facts of the calls ``decisions`` remove, or whose results they shorten."""
+    return run_through(omitting_calls(history, decisions))
+
+
+def omitting_calls(history: History, decisions: Decisions) -> Steps[tuple[str, ...]]:
+    """``omitted_calls`` as steps."""
     entries = history.entries
     owners = set(decisions.removed)
     owners.update(history.group_of(seq) for seq in decisions.truncated)
+    yield
     facts: list[str] = []
-    for seq in sorted(owners):
+    for index, seq in enumerate(sorted(owners)):
+        if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
+            yield
         public = entries[seq].public
         if public is not None and entries[seq].info.call_ids:
             facts.extend(call_facts(public))
@@ -78,7 +94,8 @@ class Compactor:
 
     def __init__(self, config: Callable[[], ContextConfig]) -> None:
         self._config = config
-        self._forms: dict[tuple[int, str, int], Form | None] = {}
+        self._forms: dict[tuple[int, int, str, int], Form | None] = {}
+        """Reduced forms by (epoch, seq, kind, truncate_chars)."""
         self._minimal_notice: int | None = None
         self.floor: FloorMark | None = None
         """The mark of the last reported protected floor, or None."""
@@ -98,6 +115,20 @@ class Compactor:
         extra_protected: frozenset[int],
     ) -> Ladder:
         """A ``Ladder`` over the working view of ``plan`` under ``decisions``."""
+        return run_through(
+            self.laddering(history, plan, decisions, target=target, extra_protected=extra_protected)
+        )
+
+    def laddering(
+        self,
+        history: History,
+        plan: RequestPlan,
+        decisions: Decisions,
+        *,
+        target: int,
+        extra_protected: frozenset[int],
+    ) -> Steps[Ladder]:
+        """``ladder`` as steps."""
         entries = history.entries
         protected = plan.protected | extra_protected
         overrides = decisions.overrides
@@ -105,7 +136,11 @@ class Compactor:
         system_tokens = 0
         if plan.factory_text is not None:
             system_tokens += estimate_message({"role": "system", "content": plan.factory_text})
-        for position_item in history.order:
+        # a copy: an admission while this run is paused may insert into the order
+        order = list(history.order)
+        for position, position_item in enumerate(order):
+            if position % STRIDE == STRIDE - 1:
+                yield
             if history.position_seq(position_item) >= plan.length:
                 continue
             if position_item < 0:
@@ -124,6 +159,7 @@ class Compactor:
             seq = entry.seq
             message, tokens = entry.public, entry.tokens
             form: FormName = "full"
+            override: Form | None = None
             if seq not in plan.protected and seq in overrides:
                 override = overrides[seq]
                 if override is None:
@@ -131,13 +167,16 @@ class Compactor:
                 message, tokens = override
                 form = "truncated" if seq in decisions.truncated else "stubbed"
             assert message is not None
-            items.append(Item(seq, entry.info, message, tokens, history.group_of(seq), form))
+            group = history.group_of(seq)
+            items.append(Item(seq, entry.info, message, tokens, group, form, reduced=override))
         # A group is complete only if its results are inside the request's snapshot: a
         # result admitted after it (a negotiation awaits between plan and ladder) is not in
         # this view, so its call must not be removed as if it were answered here. A call
         # that a later assistant turn closed unanswered is complete (synthesized results).
         incomplete = history.pending_groups(plan.length)
+        yield
         config = self._config()
+        epoch = plan.epoch
         return Ladder(
             items=items,
             total=system_tokens + sum(item.tokens for item in items),
@@ -145,29 +184,31 @@ class Compactor:
             protected=protected,
             incomplete_groups=incomplete,
             params=LadderParams(config.protected_recent, config.protected_tool_results),
-            truncate=lambda item: self._truncated(history, item),
-            stub=lambda item: self._stubbed(history, item),
-            truncate_protected=lambda item: self._truncated(history, item, protected=True),
+            truncate=lambda item: self._truncated(history, epoch, item),
+            stub=lambda item: self._stubbed(history, epoch, item),
+            truncate_protected=lambda item: self._truncated(history, epoch, item, protected=True),
         )
 
-    def _truncated(self, history: History, item: Item, *, protected: bool = False) -> Form | None:
+    def _truncated(
+        self, history: History, epoch: int, item: Item, *, protected: bool = False
+    ) -> Form | None:
         kind = "protected" if protected else "truncated"
-        key = (item.seq, kind, self._config().truncate_chars)
-        if key not in self._forms:
+        key = (epoch, item.seq, kind, self._config().truncate_chars)
+        forms = self._forms
+        if key not in forms:
             entry = history.entries[item.seq]
             assert entry.public is not None
-            self._forms[key] = truncated_form(
-                entry.public, entry.tokens, key[2], protected=protected
-            )
-        return self._forms[key]
+            forms[key] = truncated_form(entry.public, entry.tokens, key[3], protected=protected)
+        return forms[key]
 
-    def _stubbed(self, history: History, item: Item) -> Form | None:
-        key = (item.seq, "stubbed", 0)
-        if key not in self._forms:
+    def _stubbed(self, history: History, epoch: int, item: Item) -> Form | None:
+        key = (epoch, item.seq, "stubbed", 0)
+        forms = self._forms
+        if key not in forms:
             entry = history.entries[item.seq]
             assert entry.public is not None
-            self._forms[key] = stubbed_form(entry.public, entry.tokens)
-        return self._forms[key]
+            forms[key] = stubbed_form(entry.public, entry.tokens)
+        return forms[key]
 
     def target(self, plan: RequestPlan) -> int:
         """The target of an ordinary request: the whole budget for hard fit."""
@@ -178,7 +219,14 @@ class Compactor:
     def compact(
         self, history: History, plan: RequestPlan, before: Rendered
     ) -> tuple[Decisions | None, FloorMark | None]:
-        """Run the ladder for an ordinary/retaining request.
+        """See ``compacting``."""
+        return run_through(self.compacting(history, plan, before, self.floor))
+
+    def compacting(
+        self, history: History, plan: RequestPlan, before: Rendered, floor: FloorMark | None
+    ) -> Steps[tuple[Decisions | None, FloorMark | None]]:
+        """Run the ladder for an ordinary/retaining request (``floor``: the floor mark the
+        request was planned with).
 
         Returns the staged decisions (None when the run changed nothing and has nothing
         new to report) and the floor mark to remember (None when the view fits).
@@ -191,18 +239,17 @@ class Compactor:
         (and does not rewrite its cached prefix every turn). Hard-fit requests always run.
         """
         target = self.target(plan)
-        floor = self.floor
         if floor is not None and not plan.hard_fit and self._floor_holds(floor, plan, before):
             return None, floor
-        ladder = self.ladder(
+        ladder = yield from self.laddering(
             history, plan, plan.decisions, target=target, extra_protected=frozenset()
         )
-        ladder.climb()
+        yield from ladder.climbing()
         over = not ladder.fits
         if ladder.total > plan.budget:
             # The floor is over the whole budget, not merely the target: reduce it, leaving
             # room for the minimal notice (the model should know its context was cut).
-            self.reduce_floor(ladder, plan.budget - self.notice_allowance(plan.budget))
+            yield from self.reducing_floor(ladder, plan.budget - self.notice_allowance(plan.budget))
         if plan.hard_fit and ladder.total > plan.budget:
             raise RequiredContentTooLargeError(
                 f"Hard-fit compaction cannot reach the budget: {ladder.total:,} estimated "
@@ -222,8 +269,8 @@ class Compactor:
         reported = plan.decisions.floor_reported
         if ladder.changes == 0 and (not over or reported):
             return None, mark
-        staged = plan.decisions.merged(ladder)
-        stats = self.stats(history, plan, before, ladder, staged, target)
+        staged = yield from plan.decisions.merging(ladder)
+        stats = yield from self.stating(history, plan, before, ladder, staged, target)
         if over:
             self._warn_floor(stats, first=not reported)
         return dataclasses.replace(staged, stats=stats, floor_reported=over), mark
@@ -239,7 +286,11 @@ class Compactor:
 
     def reduce_floor(self, ladder: Ladder, limit: int) -> None:
         """Run ``Ladder.reduce_floor`` and say once what it had to do."""
-        ladder.reduce_floor(limit)
+        run_through(self.reducing_floor(ladder, limit))
+
+    def reducing_floor(self, ladder: Ladder, limit: int) -> Steps[None]:
+        """``reduce_floor`` as steps."""
+        yield from ladder.reducing_floor(limit)
         if ladder.floor_truncated or ladder.floor_removed:
             logger.warning(
                 "context-simple: the protected floor was over the whole budget (%s tokens): "
@@ -279,6 +330,20 @@ class Compactor:
         target: int,
     ) -> CompactionStats:
         """The stats of ``staged`` (counts are cumulative over the decisions)."""
+        return run_through(self.stating(history, plan, before, ladder, staged, target))
+
+    def stating(
+        self,
+        history: History,
+        plan: RequestPlan,
+        before: Rendered,
+        ladder: Ladder,
+        staged: Decisions,
+        target: int,
+    ) -> Steps[CompactionStats]:
+        """``stats`` as steps."""
+        omitted = yield from omitting_calls(history, staged)
+        yield
         system_count = before.system_count
         config = self._config()
         previous = plan.decisions.stats
@@ -301,7 +366,7 @@ class Compactor:
             results_synthesized=sum(item.synthesized for item in ladder.items),
             protected_results_truncated=len(ladder.floor_truncated)
             + (previous.protected_results_truncated if previous is not None else 0),
-            omitted_tool_calls=omitted_calls(history, staged),
+            omitted_tool_calls=omitted,
         )
 
     def _warn_floor(self, stats: CompactionStats, *, first: bool) -> None:

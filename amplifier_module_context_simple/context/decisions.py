@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .ladder import Form, Ladder
+from .slices import STRIDE, Steps, run_through
 from .stats import CompactionStats
 
 __all__ = (
@@ -23,6 +24,9 @@ __all__ = (
 
 REMOVED = None
 """Override value for a removed message."""
+
+_CHUNK = 8 * STRIDE
+"""Entries merged between two pause points."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,16 +50,31 @@ class Decisions:
 
     def merged(self, ladder: Ladder) -> Decisions:
         """These decisions plus what ``ladder`` decided (stats and floor unchanged)."""
+        return run_through(self.merging(ladder))
+
+    def merging(self, ladder: Ladder) -> Steps[Decisions]:
+        """``merged`` as steps (``slices.py``)."""
         removed = self.removed | ladder.removed
         truncated = (self.truncated | ladder.truncated) - removed
         stubbed = (self.stubbed | ladder.stubbed) - removed
-        overrides: dict[int, Form | None] = {
-            seq: form for seq, form in self.overrides.items() if seq not in ladder.removed
-        }
-        for item in ladder.items:
+        yield
+        overrides: dict[int, Form | None] = {}
+        for index, (seq, form) in enumerate(self.overrides.items()):
+            if index % _CHUNK == _CHUNK - 1:
+                yield
+            if seq not in ladder.removed:
+                overrides[seq] = form
+        for index, item in enumerate(ladder.items):
+            if index % _CHUNK == _CHUNK - 1:
+                yield
             if item.seq in ladder.truncated or item.seq in ladder.stubbed:
-                overrides[item.seq] = (item.message, item.tokens)
-        for seq in ladder.removed:
+                reduced = item.reduced
+                overrides[item.seq] = (
+                    reduced if reduced is not None else (item.message, item.tokens)
+                )
+        for index, seq in enumerate(ladder.removed):
+            if index % _CHUNK == _CHUNK - 1:
+                yield
             overrides[seq] = REMOVED
         return Decisions(
             removed=frozenset(removed),

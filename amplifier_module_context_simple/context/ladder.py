@@ -28,7 +28,9 @@ only stubbed (rung 8 may drop a stub). Every decision is recorded by sequence id
 store can reapply it to later views.
 
 Nothing here awaits or touches the store: ``Ladder`` works on its own copy and reports
-what it decided.
+what it decided. Every rung is a generator of steps (``slices.py``) that pauses every
+``STRIDE`` items, so a paced request can yield to the event loop inside a rung;
+``climb``, ``apply`` and ``reduce_floor`` run them through.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from .classify import MessageInfo
+from .slices import HEAVY_STRIDE, STRIDE, Steps, run_through
 
 __all__ = (
     "RUNG_COUNT",
@@ -56,6 +59,9 @@ FormName = Literal["full", "truncated", "stubbed"]
 
 RUNG_COUNT: Final = 8
 
+_CHUNK: Final = 8 * STRIDE
+"""Items a cheap whole-list pass (a filter, an index) handles between two pause points."""
+
 
 @dataclass(slots=True)
 class Item:
@@ -69,6 +75,9 @@ class Item:
     form: FormName = "full"
     synthesized: int = 0
     """Synthesized results shown with this call message (counted in ``tokens``)."""
+    reduced: Form | None = None
+    """The ``(message, tokens)`` pair of the reduced form shown (shared with the forms
+    cache and the decisions, so that merging allocates nothing per message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,38 +132,51 @@ class Ladder:
 
     def climb(self, start: int = 1) -> None:
         """Ordinary path: apply rungs ``start..8`` in order until the view fits."""
+        run_through(self.climbing(start))
+
+    def climbing(self, start: int = 1) -> Steps[None]:
+        """``climb`` as steps."""
         for rung in range(start, RUNG_COUNT + 1):
             if self.fits:
                 return
-            self.apply(rung)
+            yield from self.applying(rung)
+            yield
 
     def apply(self, rung: int) -> bool:
         """Apply one rung; return whether it changed anything."""
+        return run_through(self.applying(rung))
+
+    def applying(self, rung: int) -> Steps[bool]:
+        """``apply`` as steps."""
+        if rung not in range(1, RUNG_COUNT + 1):
+            raise ValueError(f"unknown compaction rung {rung!r}; rungs are 1..{RUNG_COUNT}")
         before = self.changes
         self.level = max(self.level, rung)
         fraction = self.params.protected_recent
         if rung == 1:
-            self._truncate_wave(0.0, 0.25)
+            yield from self._truncate_wave(0.0, 0.25)
         elif rung == 2:
-            self._truncate_wave(0.25, 0.50)
+            yield from self._truncate_wave(0.25, 0.50)
         elif rung == 3:
-            self._removal_pass(fraction)
+            yield from self._removal_pass(fraction)
         elif rung == 4:
-            self._truncate_wave(0.50, 0.75)
+            yield from self._truncate_wave(0.50, 0.75)
         elif rung == 5:
-            self._removal_pass(fraction * 0.6)
+            yield from self._removal_pass(fraction * 0.6)
         elif rung == 6:
-            self._truncate_wave(0.0, 1.0)
+            yield from self._truncate_wave(0.0, 1.0)
         elif rung == 7:
-            self._removal_pass(fraction * 0.3)
-        elif rung == 8:
-            self._stub_envelopes()
-            self._drop_old_stubs(fraction * 0.3)
+            yield from self._removal_pass(fraction * 0.3)
         else:
-            raise ValueError(f"unknown compaction rung {rung!r}; rungs are 1..{RUNG_COUNT}")
+            yield from self._stub_envelopes()
+            yield from self._drop_old_stubs(fraction * 0.3)
         return self.changes != before
 
     def reduce_floor(self, limit: int) -> None:
+        """See ``reducing_floor``."""
+        run_through(self.reducing_floor(limit))
+
+    def reducing_floor(self, limit: int) -> Steps[None]:
         """Past the eight rungs, when the view is over the whole ``limit``: reduce the floor.
 
         The protected floor is there to keep recent work intact, not to strand a session:
@@ -177,16 +199,21 @@ class Ladder:
             return
         self.level = RUNG_COUNT
         before = self.changes
-        self._truncate_largest_results()
-        self._remove_oldest(self._groups())
-        for item in self.items:
+        yield from self._truncate_largest_results()
+        groups = yield from self._groups()
+        yield from self._remove_oldest(groups)
+        for index, item in enumerate(self.items):
+            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
+                yield
             if self.fits:
                 break
             if self._is_user_turn(item) and item.seq not in self.protected and item.form == "full":
                 self._stub(item)
         doomed: set[int] = set()
-        groups = self._groups()
+        groups = yield from self._groups()
         for index, item in enumerate(self.items):
+            if index % STRIDE == STRIDE - 1:
+                yield
             if self.fits:
                 break
             if index in doomed or not self._is_user_turn(item) or self._untouchable(item):
@@ -197,14 +224,14 @@ class Ladder:
             if any(self._untouchable(self.items[m]) for m in members if m != index):
                 continue
             self._drop(members, doomed)
-        self._compact(doomed)
+        yield from self._compact(doomed)
         self.floor_removed = self.changes - before - len(self.floor_truncated)
 
     def _untouchable(self, item: Item) -> bool:
         """What ``reduce_floor`` never removes."""
         return item.seq in self.protected or item.info.has_loaded_tool_state
 
-    def _truncate_largest_results(self) -> None:
+    def _truncate_largest_results(self) -> Steps[None]:
         reduce = self.truncate_protected
         if reduce is None:
             return
@@ -213,8 +240,11 @@ class Ladder:
             for item in self.items
             if item.info.is_result_carrier and item.seq not in self.protected
         ]
+        yield
         results.sort(key=lambda item: item.tokens, reverse=True)
-        for item in results:
+        for index, item in enumerate(results):
+            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
+                yield
             if self.fits:
                 return
             form = reduce(item)
@@ -223,9 +253,11 @@ class Ladder:
                 self.truncated.add(item.seq)
                 self.floor_truncated.add(item.seq)
 
-    def _remove_oldest(self, groups: dict[int, list[int]]) -> None:
+    def _remove_oldest(self, groups: dict[int, list[int]]) -> Steps[None]:
         doomed: set[int] = set()
         for index, item in enumerate(self.items):
+            if index % STRIDE == STRIDE - 1:
+                yield
             if self.fits:
                 break
             if index in doomed or self._untouchable(item) or self._is_user_turn(item):
@@ -239,32 +271,48 @@ class Ladder:
                 self._drop(members, doomed)
             elif item.info.role == "assistant":
                 self._drop([index], doomed)
-        self._compact(doomed)
+        yield from self._compact(doomed)
 
     # -- protection ------------------------------------------------------------
 
-    def _result_positions(self) -> list[int]:
-        return [i for i, item in enumerate(self.items) if item.info.is_result_carrier]
+    def _result_positions(self) -> Steps[list[int]]:
+        positions: list[int] = []
+        for start in range(0, len(self.items), _CHUNK):
+            positions.extend(
+                i
+                for i, item in enumerate(self.items[start : start + _CHUNK], start)
+                if item.info.is_result_carrier
+            )
+            yield
+        return positions
 
     def _protected_results(self, positions: list[int]) -> set[int]:
         keep = self.params.protected_tool_results
         return set(positions[-keep:]) if keep > 0 else set()
 
     def _human_bounds(self) -> set[int]:
-        humans = [i for i, item in enumerate(self.items) if item.info.is_human]
-        return {humans[0], humans[-1]} if humans else set()
+        items = self.items
+        first = next((i for i, item in enumerate(items) if item.info.is_human), None)
+        if first is None:
+            return set()
+        last = next(i for i in range(len(items) - 1, -1, -1) if items[i].info.is_human)
+        return {first, last}
 
-    def _protected_positions(self, fraction: float) -> set[int]:
+    def _protected_positions(self, fraction: float) -> Steps[set[int]]:
         items = self.items
         recent_start = int(len(items) * (1 - fraction))
         protected = set(range(recent_start, len(items)))
         protected |= self._human_bounds()
-        protected |= self._protected_results(self._result_positions())
-        protected.update(
-            i
-            for i, item in enumerate(items)
-            if item.seq in self.protected or item.info.has_loaded_tool_state
-        )
+        positions = yield from self._result_positions()
+        protected |= self._protected_results(positions)
+        marked = self.protected
+        for start in range(0, len(items), _CHUNK):
+            protected.update(
+                i
+                for i, item in enumerate(items[start : start + _CHUNK], start)
+                if item.seq in marked or item.info.has_loaded_tool_state
+            )
+            yield
         return protected
 
     # -- operations ------------------------------------------------------------
@@ -272,13 +320,15 @@ class Ladder:
     def _replace(self, item: Item, form: tuple[dict[str, Any], int], kind: FormName) -> None:
         message, tokens = form
         self.total += tokens - item.tokens
-        item.message, item.tokens, item.form = message, tokens, kind
+        item.message, item.tokens, item.form, item.reduced = message, tokens, kind, form
 
-    def _truncate_wave(self, lo: float, hi: float) -> None:
-        positions = self._result_positions()
+    def _truncate_wave(self, lo: float, hi: float) -> Steps[None]:
+        positions = yield from self._result_positions()
         n = len(positions)
         protected_results = self._protected_results(positions)
-        for index in positions[int(n * lo) : int(n * hi)]:
+        for count, index in enumerate(positions[int(n * lo) : int(n * hi)]):
+            if count % HEAVY_STRIDE == HEAVY_STRIDE - 1:
+                yield
             if self.fits:
                 return
             item = self.items[index]
@@ -289,18 +339,23 @@ class Ladder:
                 self._replace(item, form, "truncated")
                 self.truncated.add(item.seq)
 
-    def _groups(self) -> dict[int, list[int]]:
+    def _groups(self) -> Steps[dict[int, list[int]]]:
+        """Item indices by tool group, for the items in a tool group."""
         groups: dict[int, list[int]] = {}
         for index, item in enumerate(self.items):
+            if index % _CHUNK == _CHUNK - 1:
+                yield
             if item.info.call_ids or item.info.result_ids:
                 groups.setdefault(item.group, []).append(index)
         return groups
 
-    def _removal_pass(self, fraction: float) -> None:
-        protected = self._protected_positions(fraction)
-        groups = self._groups()
+    def _removal_pass(self, fraction: float) -> Steps[None]:
+        protected = yield from self._protected_positions(fraction)
+        groups = yield from self._groups()
         doomed: set[int] = set()
         for index, item in enumerate(self.items):
+            if index % STRIDE == STRIDE - 1:
+                yield
             if self.fits:
                 break
             if index in protected or index in doomed:
@@ -319,8 +374,8 @@ class Ladder:
                 self._drop(members, doomed)
             else:
                 self._drop([index], doomed)
-        self._compact(doomed)
-        self._stub_pass(fraction)
+        yield from self._compact(doomed)
+        yield from self._stub_pass(fraction)
 
     @staticmethod
     def _is_user_turn(item: Item) -> bool:
@@ -338,13 +393,25 @@ class Ladder:
             self.stubbed.discard(item.seq)
             self.floor_truncated.discard(item.seq)
 
-    def _compact(self, doomed: set[int]) -> None:
-        if doomed:
-            self.items = [item for i, item in enumerate(self.items) if i not in doomed]
+    def _compact(self, doomed: set[int]) -> Steps[None]:
+        if not doomed:
+            return
+        items = self.items
+        kept: list[Item] = []
+        for start in range(0, len(items), _CHUNK):
+            kept.extend(
+                item
+                for i, item in enumerate(items[start : start + _CHUNK], start)
+                if i not in doomed
+            )
+            yield
+        self.items = kept
 
-    def _stub_pass(self, fraction: float) -> None:
-        protected = self._protected_positions(fraction)
+    def _stub_pass(self, fraction: float) -> Steps[None]:
+        protected = yield from self._protected_positions(fraction)
         for index, item in enumerate(self.items):
+            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
+                yield
             if self.fits:
                 return
             if index in protected or item.form != "full":
@@ -365,10 +432,12 @@ class Ladder:
                 return index
         return None
 
-    def _stub_envelopes(self) -> None:
+    def _stub_envelopes(self) -> Steps[None]:
         """Rung 8, first half: stub machine-written user turns that nobody retains."""
         last_user = self._last_user_position()
         for index, item in enumerate(self.items):
+            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
+                yield
             if self.fits:
                 return
             info = item.info
@@ -383,7 +452,7 @@ class Ladder:
                 continue
             self._stub(item)
 
-    def _drop_old_stubs(self, fraction: float) -> None:
+    def _drop_old_stubs(self, fraction: float) -> Steps[None]:
         """Rung 8, second half: drop stubs older than the narrowest recent window."""
         boundary = int(len(self.items) * (1 - fraction))
         keep = self._human_bounds()
@@ -392,9 +461,11 @@ class Ladder:
             keep.add(last_user)
         doomed: set[int] = set()
         for index in range(min(boundary, len(self.items))):
+            if index % STRIDE == STRIDE - 1:
+                yield
             if self.fits:
                 break
             item = self.items[index]
             if item.form == "stubbed" and index not in keep and item.seq not in self.protected:
                 self._drop([index], doomed)
-        self._compact(doomed)
+        yield from self._compact(doomed)

@@ -8,8 +8,14 @@ negotiator (``negotiator/``) sees views, estimates and ``Candidate`` values, nev
 store, its history, its ladder or a message's internals; ``context`` does not import
 ``negotiator`` at all (the package's ``manager.py`` composes the two).
 
-Nothing here awaits except ``plan`` (the store's system-prompt factory) and the two
-deliveries (``deliver_compaction``, ``close``).
+Nothing here awaits except ``pace`` (planning work in slices, ``slices.py``) and the two
+deliveries (``deliver_compaction``, ``close``). The work that grows with the history is
+written as steps (``preparing``, ``stepping``, ``reducing_floor``, ``falling_back``,
+``finalising``): the negotiator runs them through ``pace``, which yields to the event loop
+between slices; ``step``, ``reduce_floor``, ``fallback`` and ``finalised`` run them without
+pausing. Every candidate is built from the request's snapshot (its ``RequestPlan``), so a
+paused one stays consistent; whether the store moved meanwhile is the transaction's check
+(``negotiator/transaction.py``).
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from .decisions import Decisions
 from .ladder import RUNG_COUNT, Ladder
 from .plan import RequestPlan
+from .slices import Steps, run_through
 
 if TYPE_CHECKING:
     from .store import ContextStore
@@ -29,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = ("Candidate", "Negotiable")
 
 RUNGS: Final = range(1, RUNG_COUNT + 1)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,22 +73,42 @@ class Negotiable:
         self.target: int = int(plan.effective * config.target_usage)
         self.policy_budget: int = plan.effective
         self.skip_counts: bool = not config.count_every_rung
-        self._developers = store._developer_seqs(plan)
+        self._developers: frozenset[int] = frozenset()
         self._ladder: Ladder | None = None
         self._stats_target = self.target
         self._base_tokens = 0
         self._limit = plan.budget
-        self.base = self._candidate(plan.decisions)
+        self._base: Candidate | None = None
+
+    @property
+    def base(self) -> Candidate:
         """The view under the committed decisions (what the negotiation starts from)."""
+        if self._base is None:
+            run_through(self.preparing())
+        assert self._base is not None
+        return self._base
+
+    def preparing(self) -> Steps[None]:
+        """The request's protected developer messages and its base candidate, as steps
+        (``open_negotiation`` paces them)."""
+        if self._base is not None:
+            return
+        self._developers = yield from self._store._developer_seqs(self._plan)
+        self._base = yield from self._candidate(self._plan.decisions)
+
+    async def pace(self, steps: Steps[T]) -> T:
+        """Run ``steps`` (one of this seam's) in slices, yielding to the event loop
+        between them; its result."""
+        return await self._store._pacer.run(steps)
 
     # -- candidates ----------------------------------------------------------------
 
-    def _candidate(self, decisions: Decisions) -> Candidate:
+    def _candidate(self, decisions: Decisions) -> Steps[Candidate]:
         """The notice-inclusive view under ``decisions``: the notice must fit the policy
         budget (and, while the floor is reduced, the provider's limit) and may not make a
         reduced candidate larger than the view the negotiation started from."""
         store, plan = self._store, self._plan
-        rendered = store._render(plan, decisions)
+        rendered = yield from store._rendering(plan, decisions)
         ceiling = min(store._notice_ceiling(plan, rendered), self._limit)
         if decisions is not plan.decisions:
             ceiling = min(ceiling, self._base_tokens)
@@ -97,32 +125,52 @@ class Negotiable:
 
     @property
     def ladder(self) -> Ladder:
+        return run_through(self._laddered())
+
+    def _laddered(self) -> Steps[Ladder]:
+        """The working ladder (built on first use), as steps."""
         if self._ladder is None:
-            self._ladder = self._store._ladder_for(
+            yield from self.preparing()  # (the developer messages are protected)
+            self._ladder = yield from self._store._laddering(
                 self._plan, self._plan.decisions, target=-1, extra_protected=self._developers
             )
         return self._ladder
 
     def step(self, rung: int) -> Candidate | None:
         """Apply one rung to the working ladder; the new candidate, or None if unchanged."""
-        if not self.ladder.apply(rung):
+        return run_through(self.stepping(rung))
+
+    def stepping(self, rung: int) -> Steps[Candidate | None]:
+        """``step`` as steps."""
+        ladder = yield from self._laddered()
+        if not (yield from ladder.applying(rung)):
             return None
-        return self._candidate(self._plan.decisions.merged(self.ladder))
+        merged = yield from self._plan.decisions.merging(ladder)
+        return (yield from self._candidate(merged))
 
     def reduce_floor(self, limit: int) -> Candidate | None:
         """Reduce the protected floor below ``limit`` (our estimate's units); the notice
         must fit under it too. The new candidate, or None when nothing is left to reduce."""
-        ladder = self.ladder
+        return run_through(self.reducing_floor(limit))
+
+    def reducing_floor(self, limit: int) -> Steps[Candidate | None]:
+        """``reduce_floor`` as steps."""
+        ladder = yield from self._laddered()
         before = ladder.changes
         self._limit = limit
-        self._store._reduce_floor(ladder, limit)
+        yield from self._store._reducing_floor(ladder, limit)
         if ladder.changes == before:
             return None
-        return self._candidate(self._plan.decisions.merged(ladder))
+        merged = yield from self._plan.decisions.merging(ladder)
+        return (yield from self._candidate(merged))
 
     def fallback(self) -> Candidate | None:
         """No usable first count: the estimate-driven ladder, as an ordinary request would
         climb it. The candidate, or None when the estimate needs no compaction."""
+        return run_through(self.falling_back())
+
+    def falling_back(self) -> Steps[Candidate | None]:
+        """``fallback`` as steps."""
         store, plan = self._store, self._plan
         estimate = self.base.estimate
         used = store._used_tokens(estimate)
@@ -131,36 +179,43 @@ class Negotiable:
             should = True
         if not should:
             return None
-        ladder = store._ladder_for(
+        ladder = yield from store._laddering(
             plan,
             plan.decisions,
             target=store._ordinary_target(plan),
             extra_protected=self._developers,
         )
-        ladder.climb()
+        yield from ladder.climbing()
         if ladder.total > plan.budget:
-            store._reduce_floor(ladder, plan.budget)
+            yield from store._reducing_floor(ladder, plan.budget)
         if ladder.changes == 0:
             return None
         self._ladder = ladder
         self._stats_target = store._ordinary_target(plan)
-        return self._candidate(plan.decisions.merged(ladder))
+        merged = yield from plan.decisions.merging(ladder)
+        return (yield from self._candidate(merged))
 
     def finalised(self, candidate: Candidate, **measurement: Any) -> Candidate:
         """``candidate`` with its ``context:compaction`` stats: the stats of the ladder
         that produced it, plus ``measurement`` (outcome, counts, sources)."""
+        return run_through(self.finalising(candidate, **measurement))
+
+    def finalising(self, candidate: Candidate, **measurement: Any) -> Steps[Candidate]:
+        """``finalised`` as steps."""
         store, plan = self._store, self._plan
-        rendered = store._render(plan, plan.decisions)
-        stats = store._compactor.stats(
-            store._history, plan, rendered, self.ladder, candidate.decisions, self._stats_target
+        rendered = yield from store._rendering(plan, plan.decisions, copy=False)
+        ladder = yield from self._laddered()
+        stats = yield from store._compactor.stating(
+            plan.history, plan, rendered, ladder, candidate.decisions, self._stats_target
         )
+        kept = yield from rendered.prefix_keeping(candidate.view)
         stats = stats.measured(
             self.base.estimate, trigger=self.trigger, policy_budget=plan.effective, **measurement
-        ).with_prefix(*rendered.prefix_kept(candidate.view))
+        ).with_prefix(*kept)
         decisions = dataclasses.replace(
             candidate.decisions,
             stats=stats,
-            floor_reported=self.ladder.total > self._stats_target,
+            floor_reported=ladder.total > self._stats_target,
         )
         return dataclasses.replace(candidate, decisions=decisions)
 

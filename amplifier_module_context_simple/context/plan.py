@@ -7,6 +7,7 @@ from typing import Any
 
 from .budget import LearnedLimit
 from .decisions import Decisions
+from .history import History
 
 __all__ = ("RequestPlan",)
 
@@ -20,6 +21,10 @@ class RequestPlan:
     effective: int
     """The budget compaction works against: ``budget`` minus the notice reserve."""
     factory_text: str | None
+    history: History
+    """The history the request sees (its first ``length`` entries). Planning reads this
+    object, never the store's current one: a plan paused between slices stays consistent
+    even when ``set_messages`` or ``clear`` replaces the store's history meanwhile."""
     length: int
     """Number of history entries the request sees."""
     epoch: int

@@ -6,22 +6,34 @@ depends only on the history prefix, the decisions and which protected messages a
 intact; so the renderer keeps that "what to show" list between requests and extends it
 with newly admitted messages. A steady-state request then costs one shallow copy per
 message and no per-message policy work.
+
+Rendering is a generator of steps (``slices.py``): the copy pauses every ``_CHUNK``
+messages and a long look through the history (a rebuild after new decisions, a large
+extension) every ``_CHUNK`` items. A long look works on a private list and replaces the
+remembered one only when it is done, so a request paused in the middle never leaves a
+half-built list for another request on the same store; a short one (a few new messages)
+extends the remembered list in place, in one step, as before.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, Final, overload
 
 from .decisions import Decisions
 from .estimate import estimate_message
 from .history import BODY, HOOK_SYSTEM, SYSTEM, History, copy_message, marker_owner
+from .slices import STRIDE, Steps, run_through
 
 __all__ = (
     "Rendered",
     "Renderer",
 )
+
+_CHUNK: Final = 16 * STRIDE
+"""Messages copied (or history items looked at) between two pause points."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,12 +48,24 @@ class Rendered:
     """How many unanswered calls the view answers with synthesized results."""
     message_tokens: Sequence[int] = ()
     """The estimate of each message of ``messages`` (shared, read-only)."""
+    shared: bool = False
+    """The body messages are the renderer's own dicts, not copies: read them, never hand
+    them out or change them (``Renderer.copying`` makes the copies)."""
+    with_metadata: tuple[Sequence[int], int] = ((), 0)
+    """Of a shared view: the body positions whose metadata dict a copy copies too (the
+    first ``count`` of the renderer's list, which only ever grows)."""
 
     def prefix_kept(self, other: Sequence[Mapping[str, Any]]) -> tuple[int, int | None]:
         """Tokens of the leading messages ``other`` shows unchanged from this view, and the
         index of the first one it changes (None when ``other`` changes none)."""
+        return run_through(self.prefix_keeping(other))
+
+    def prefix_keeping(self, other: Sequence[Mapping[str, Any]]) -> Steps[tuple[int, int | None]]:
+        """``prefix_kept`` as steps."""
         kept = 0
         for index, message in enumerate(self.messages):
+            if index % _CHUNK == _CHUNK - 1:
+                yield
             if index >= len(other) or other[index] != message:
                 return kept, index
             kept += self.message_tokens[index]
@@ -67,6 +91,17 @@ class _Shown:
     body_token_list: list[int] = field(default_factory=list)
     system_token_list: list[int] = field(default_factory=list)
     synthesized: int = 0
+
+    def copy(self) -> _Shown:
+        """A private copy to extend (the lists copied, the messages shared)."""
+        return dataclasses.replace(
+            self,
+            systems=list(self.systems),
+            body=list(self.body),
+            with_metadata=list(self.with_metadata),
+            body_token_list=list(self.body_token_list),
+            system_token_list=list(self.system_token_list),
+        )
 
 
 class Renderer:
@@ -94,21 +129,59 @@ class Renderer:
         ``factory_text``, stored system messages other than hook-sourced ones are replaced
         by that one system prompt.
         """
+        return run_through(
+            self.rendering(
+                history,
+                length,
+                epoch=epoch,
+                decisions=decisions,
+                protected=protected,
+                factory_text=factory_text,
+            )
+        )
+
+    def rendering(
+        self,
+        history: History,
+        length: int,
+        *,
+        epoch: int,
+        decisions: Decisions,
+        protected: frozenset[int],
+        factory_text: str | None,
+        copy: bool = True,
+    ) -> Steps[Rendered]:
+        """``render`` as steps (see the module docstring). ``copy=False``: a *shared*
+        view (its body is the renderer's own dicts; see ``Rendered.shared``), for a
+        request that only reads it and then renders the view it returns."""
         overrides = decisions.overrides
         intact = protected.intersection(overrides) if overrides else frozenset()
         key = (epoch, history.order_version, frozenset(intact), factory_text is not None)
         shown = self._shown
-        if (
+        fresh = (
             shown is None
             or shown.key != key
             or shown.decisions is not decisions
             or shown.length > length
             or (shown.sealed and shown.length != length)
-        ):
+        )
+        if fresh or shown is None:
             shown = _Shown(key, decisions)
-            self._shown = shown
         if shown.length < length:
-            self._extend(shown, history, length, intact, factory_text is not None)
+            factory = factory_text is not None
+            if not fresh and len(history.order) - shown.position <= _CHUNK:
+                run_through(self._extend(shown, history, history.order, length, intact, factory))
+            else:
+                # a long look: on a private list (and a copy of the order, which an
+                # admission may insert into meanwhile), remembered once complete
+                if not fresh:
+                    shown = shown.copy()
+                order = list(history.order)
+                yield
+                yield from self._extend(shown, history, order, length, intact, factory)
+                self._shown = shown
+        elif fresh:
+            self._shown = shown
         systems = [copy_message(message) for message in shown.systems]
         system_tokens = shown.system_tokens
         token_list = shown.system_token_list
@@ -117,17 +190,41 @@ class Renderer:
             factory_tokens = self._factory_tokens(factory_text)
             system_tokens += factory_tokens
             token_list = [factory_tokens, *token_list]
-        body = [message.copy() for message in shown.body]
-        for index in shown.with_metadata:
-            body[index]["metadata"] = body[index]["metadata"].copy()
-        return Rendered(
+        # What this view shows is fixed now: another request may append to the remembered
+        # lists while this one is paused, never change what is already there.
+        body = shown.body[:]
+        view = Rendered(
             messages=systems + body if systems else body,
             tokens=system_tokens + shown.body_tokens,
             system_count=len(systems),
             system_tokens=system_tokens,
             synthesized=shown.synthesized,
             message_tokens=_Concat(token_list, shown.body_token_list),
+            shared=True,
+            with_metadata=(shown.with_metadata, len(shown.with_metadata)),
         )
+        if not copy:
+            return view
+        return (yield from self.copying(view))
+
+    @staticmethod
+    def copying(view: Rendered) -> Steps[Rendered]:
+        """A shared ``view`` with new message dicts (and new metadata dicts), as steps."""
+        if not view.shared:
+            return view
+        messages, offset = view.messages, view.system_count
+        copied = messages[:offset]  # (the system messages are copies already)
+        for start in range(offset, len(messages), _CHUNK):
+            if start > offset:
+                yield
+            copied.extend(map(dict.copy, messages[start : start + _CHUNK]))
+        positions, count = view.with_metadata
+        for position in range(count):
+            if position % _CHUNK == _CHUNK - 1:
+                yield
+            message = copied[offset + positions[position]]
+            message["metadata"] = message["metadata"].copy()
+        return dataclasses.replace(view, messages=copied, shared=False, with_metadata=((), 0))
 
     def _factory_tokens(self, text: str) -> int:
         cached = self._factory
@@ -140,13 +237,13 @@ class Renderer:
     def _extend(
         shown: _Shown,
         history: History,
+        order: list[int],
         length: int,
         intact: frozenset[int],
         factory: bool,
-    ) -> None:
+    ) -> Steps[None]:
         overrides = shown.decisions.overrides
         entries = history.entries
-        order = history.order
         body = shown.body
         # Items past the last look are appended in seq order unless the order version
         # changed (then this is a rebuild from 0): a first item past ``length`` ends the
@@ -154,6 +251,8 @@ class Renderer:
         rebuild = shown.position == 0
         position = shown.position
         while position < len(order):
+            if position % _CHUNK == _CHUNK - 1:
+                yield
             item = order[position]
             if history.position_seq(item) >= length:
                 if not rebuild or all(

@@ -10,6 +10,13 @@ request's last await before delivery (the *commit boundary*); events are deliver
 it. So a request that raises before delivery starts leaves no trace (same decisions, same
 stats object, same meter stats, no event), and one whose ``context:compaction`` delivery
 has started keeps its commit even if the caller is cancelled during delivery.
+
+Many sessions on one event loop: the work of a request that grows with the history
+(rendering, the ladder, the stats) is planned in slices (``slices.py``) that yield to the
+loop once a few milliseconds of work have passed; only the commit is one synchronous
+step. A plan reads its own snapshot (``RequestPlan``), never the store's current state, and
+is checked against the store before it is committed (see ``_request`` and
+``open_negotiation`` for what happens when the store moved meanwhile).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from .negotiable import Negotiable, check_retain
 from .notice import notice_message, tail_is_safe
 from .plan import RequestPlan
 from .render import Rendered, Renderer
+from .slices import Pacer, Steps, run_through
 from .state import ObservableState, Ref, freeze
 
 __all__ = (
@@ -63,6 +71,22 @@ BUDGET_EVENT: Final = "context:budget"
 T = TypeVar("T")
 CONFIG_KEYS: Final = frozenset(field.name for field in dataclasses.fields(ContextConfig))
 SystemPromptFactory = Callable[[], Awaitable[str]]
+
+PACED_PLANS: Final = 3
+"""Paced plans an ordinary request makes before it plans without pausing (see
+``_request``)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Planned:
+    """What an ordinary request decided, ready for its commit boundary."""
+
+    staged: Decisions | None
+    floor: FloorMark | None
+    messages: list[dict[str, Any]]
+    estimated: int
+    synthesized: int
+    new_stats: bool
 
 
 class _Setting(Generic[T]):
@@ -136,6 +160,9 @@ class ContextStore:
         self._factory: SystemPromptFactory | None = None
         self._compactor = Compactor(lambda: self._config)
         self._renderer = Renderer()
+        self._pacer = Pacer()
+        """Paces planning work (``slices.py``); tests replace it (a zero budget yields at
+        every pause point)."""
         self._last_token_meter_stats: dict[str, Any] | None = None
         self._last_emitted_budget: dict[str, Any] | None = None
         self._learned: LearnedLimit | None = None
@@ -428,30 +455,107 @@ class ContextStore:
         retain: tuple[str, ...],
         hard_fit: bool,
     ) -> list[dict[str, Any]]:
-        plan = await self._plan_request(
-            token_budget=token_budget, provider=provider, retain=retain, hard_fit=hard_fit
+        """An ordinary, retaining or hard-fit request: plan in slices, commit at once.
+
+        After the budget is derived and the system prompt factory awaited, the request is
+        planned from a snapshot of the store, paced (``slices.py``: it yields to the event
+        loop between slices of a few milliseconds). A plan is *stale* when the store moved
+        while it was paused: ``set_messages``, ``clear``, an admission, another request's
+        commit (or its floor mark or learned limit), a configuration change or, with
+        ``token_meter: "actual"``, a new meter reading. A stale plan is never committed nor
+        returned: the request is planned again from a new snapshot, with the same factory
+        text and budget (an error a stale plan raised is dropped too). After
+        ``PACED_PLANS`` stale plans, the next one runs without pausing, so it cannot go
+        stale and the request always ends. The last check and the commit are one
+        synchronous step: the view returned and the decisions committed are exactly those
+        of the store as it is when the request commits.
+        """
+        inputs = await self._request_inputs(token_budget=token_budget, provider=provider)
+        attempt = 0
+        while True:
+            if inputs[2] is not self._config:  # reconfigured meanwhile: derive the budget again
+                inputs = (self._derive(token_budget, provider), *inputs[1:])
+            plan = self._snapshot(
+                inputs,
+                token_budget=token_budget,
+                provider=provider,
+                retain=retain,
+                hard_fit=hard_fit,
+            )
+            stamp = self._stamp()
+            steps = self._ordinary(plan, self._compactor.floor)
+            if attempt >= PACED_PLANS:
+                planned = run_through(steps)  # unpaced: nothing can move the store meanwhile
+                break
+            attempt += 1
+            try:
+                planned = await self._pacer.run(steps)
+            except RequiredContentTooLargeError:
+                if self._stamp() == stamp:
+                    raise
+                continue  # the error was about a history that is no longer there
+            if self._stamp() == stamp:
+                break
+        # -- commit boundary: the request stands once its first event delivery starts ------
+        staged = planned.staged
+        if staged is not None:
+            self._commit(staged, plan.version)
+        self._compactor.floor = planned.floor
+        self._learned = plan.limit
+        self._publish_meter(planned.estimated, plan.effective, synthesized=planned.synthesized)
+        if planned.new_stats and staged is not None and staged.stats is not None:
+            await self._emit(COMPACTION_EVENT, dict(staged.stats.to_event()))
+        await self._emit_budget(plan.provenance)
+        return planned.messages
+
+    def _stamp(self) -> tuple[object, ...]:
+        """What an ordinary plan depends on besides its snapshot: when this changed while a
+        plan was paused, the plan is stale."""
+        measured = self._meter.measured if self._config.token_meter == TOKEN_METER_ACTUAL else 0
+        return (
+            self._epoch,
+            self._commit_version,
+            len(self._history),
+            self._compactor.floor,
+            self._learned,
+            self._config,
+            measured,
         )
-        # From here to the commit there is no await: the request is one synchronous step.
-        rendered = self._render(plan, plan.decisions)
+
+    def _ordinary(self, plan: RequestPlan, floor: FloorMark | None) -> Steps[_Planned]:
+        """The planning of an ordinary, retaining or hard-fit request, as steps: the view,
+        the compaction it needs (staged, not committed) and the notice. Changes nothing.
+
+        Raises:
+            RequiredContentTooLargeError: required content cannot fit (retaining and
+                hard-fit requests).
+        """
+        # read only (shared): the view returned is rendered, or copied, below
+        rendered = yield from self._rendering(plan, plan.decisions, copy=False)
         self._check_required_floor(plan, rendered)
         estimated = rendered.tokens
         used = self._used_tokens(estimated)
         staged: Decisions | None = None
         should = plan.effective > 0 and used / plan.effective >= self._config.compact_threshold
-        if (plan.retained or hard_fit) and estimated > plan.effective:
+        if (plan.retained or plan.hard_fit) and estimated > plan.effective:
             should = True
-        floor = self._compactor.floor
         if should:
-            staged, floor = self._compactor.compact(self._history, plan, rendered)
+            staged, floor = yield from self._compactor.compacting(
+                plan.history, plan, rendered, floor
+            )
         decisions = staged if staged is not None else plan.decisions
-        view = self._render(plan, decisions) if staged is not None else rendered
+        if staged is not None:
+            view = yield from self._rendering(plan, decisions)
+        else:
+            view = yield from self._renderer.copying(rendered)
         if (
             staged is not None
             and staged.stats is not None
             and staged.stats is not (plan.decisions.stats)
         ):
             # what the compaction kept of the cached prefix (its cost in a prompt cache)
-            stats = staged.stats.with_prefix(*rendered.prefix_kept(view.messages))
+            kept = yield from rendered.prefix_keeping(view.messages)
+            stats = staged.stats.with_prefix(*kept)
             staged = decisions = dataclasses.replace(staged, stats=stats)
         # The notice is part of the view: it must fit the budget and may not make a
         # compacted view larger than the view the compaction started from.
@@ -462,22 +566,14 @@ class ContextStore:
                 list(rendered.messages), plan.decisions, room=ceiling - rendered.tokens
             )
             ceiling = min(ceiling, rendered.tokens + before_notice)
+            yield
         messages, notice_tokens = self._with_notice(
             view.messages, decisions, room=ceiling - view.tokens
         )
-        if plan.retained or hard_fit:
+        if plan.retained or plan.hard_fit:
             self._check_final_fit(plan, view.tokens + notice_tokens)
         new_stats = staged is not None and staged.stats is not plan.decisions.stats
-        # -- commit boundary: the request stands once its first event delivery starts ------
-        if staged is not None:
-            self._commit(staged, plan.version)
-        self._compactor.floor = floor
-        self._learned = plan.limit
-        self._publish_meter(estimated, plan.effective, synthesized=view.synthesized)
-        if new_stats and staged is not None and staged.stats is not None:
-            await self._emit(COMPACTION_EVENT, dict(staged.stats.to_event()))
-        await self._emit_budget(plan.provenance)
-        return messages
+        return _Planned(staged, floor, messages, estimated, view.synthesized, new_stats)
 
     # -- request building blocks (also used by the negotiator) ---------------------------
 
@@ -492,17 +588,38 @@ class ContextStore:
         """Derive the budget, await the system prompt factory, then snapshot the store.
 
         The snapshot is taken after the factory's await, so it is current for the
-        synchronous work that follows.
+        work that follows.
         """
-        await anyio.lowlevel.checkpoint()
+        inputs = await self._request_inputs(token_budget=token_budget, provider=provider)
+        return self._snapshot(
+            inputs, token_budget=token_budget, provider=provider, retain=retain, hard_fit=hard_fit
+        )
+
+    def _derive(self, token_budget: int | None, provider: Any) -> dict[str, Any]:
+        """The budget's provenance under the current configuration (before a learned
+        limit).
+
+        Raises:
+            ValueError: ``token_budget`` is not a positive integer.
+        """
         config = self._config
-        provenance = derive_budget(
+        return derive_budget(
             token_budget=token_budget,
             provider=provider,
             max_tokens=config.max_tokens,
             max_tokens_fallback=config.max_tokens_fallback,
             output_reserve_fraction=config.output_reserve_fraction,
         )
+
+    async def _request_inputs(
+        self, *, token_budget: int | None, provider: Any
+    ) -> tuple[dict[str, Any], str | None, ContextConfig]:
+        """What a request takes from outside the store: the budget's provenance (before a
+        learned limit), the system prompt factory's text, and the configuration the budget
+        was derived under."""
+        await anyio.lowlevel.checkpoint()
+        config = self._config
+        provenance = self._derive(token_budget, provider)
         factory_text: str | None = None
         if self._factory is not None:
             text = await self._factory()
@@ -511,7 +628,24 @@ class ContextStore:
                     f"system prompt factory returned {type(text).__name__}, expected str"
                 )
             factory_text = text
-        # -- the snapshot: nothing awaits from here on ---------------------------------
+        return provenance, factory_text, config
+
+    def _snapshot(
+        self,
+        inputs: tuple[dict[str, Any], str | None, ContextConfig],
+        *,
+        token_budget: int | None,
+        provider: Any,
+        retain: Sequence[str],
+        hard_fit: bool,
+    ) -> RequestPlan:
+        """The request's plan: ``inputs`` and the store's current state (synchronous).
+
+        Raises:
+            RetainedContentMissingError: a retained body is not in the admitted history.
+        """
+        provenance, factory_text, _ = inputs
+        config = self._config
         limit = self._learned
         if config.learn_provider_limits:
             window = window_of(provider)
@@ -532,6 +666,7 @@ class ContextStore:
             budget=budget,
             effective=effective,
             factory_text=factory_text,
+            history=self._history,
             length=len(self._history),
             epoch=self._epoch,
             version=self.version,
@@ -558,13 +693,20 @@ class ContextStore:
 
     def _render(self, plan: RequestPlan, decisions: Decisions) -> Rendered:
         """The view for ``plan`` under ``decisions`` (copies; system messages first)."""
-        return self._renderer.render(
-            self._history,
+        return run_through(self._rendering(plan, decisions))
+
+    def _rendering(
+        self, plan: RequestPlan, decisions: Decisions, *, copy: bool = True
+    ) -> Steps[Rendered]:
+        """``_render`` as steps (``copy=False``: a shared view, see ``Rendered.shared``)."""
+        return self._renderer.rendering(
+            plan.history,
             plan.length,
             epoch=plan.epoch,
             decisions=decisions,
             protected=plan.protected,
             factory_text=plan.factory_text,
+            copy=copy,
         )
 
     def _check_required_floor(self, plan: RequestPlan, rendered: Rendered) -> None:
@@ -585,12 +727,12 @@ class ContextStore:
     def _notice_ceiling(self, plan: RequestPlan, rendered: Rendered) -> int:
         """The most a view with its notice may weigh: the budget, and never more than the
         view of the same history with no compaction at all."""
-        uncompacted = rendered.system_tokens + self._history.uncompacted_body_tokens(plan.length)
+        uncompacted = rendered.system_tokens + plan.history.uncompacted_body_tokens(plan.length)
         return min(plan.budget, uncompacted)
 
     def _irreducible_tokens(self, plan: RequestPlan, rendered: Rendered) -> int:
         """Tokens of what no reduction touches: system messages and request-protected ones."""
-        entries = self._history.entries
+        entries = plan.history.entries
         return rendered.system_tokens + sum(
             entries[seq].tokens for seq in plan.protected if seq < plan.length
         )
@@ -605,7 +747,7 @@ class ContextStore:
                 "Required content was not discarded.",
                 budget=plan.budget,
                 required=total,
-                rung=self._decisions.level,
+                rung=plan.decisions.level,
                 reason="final_over_budget",
             )
 
@@ -644,10 +786,18 @@ class ContextStore:
             return measured
         return estimated
 
-    def _developer_seqs(self, plan: RequestPlan) -> frozenset[int]:
-        """Seqs of developer messages (protected on the negotiated path only)."""
-        entries = self._history.entries
-        return frozenset(e.seq for e in entries[: plan.length] if e.info.is_developer)
+    def _developer_seqs(self, plan: RequestPlan) -> Steps[frozenset[int]]:
+        """Seqs of developer messages (protected on the negotiated path only), as steps."""
+        entries = plan.history.entries
+        seqs: set[int] = set()
+        for start in range(0, plan.length, 1024):
+            seqs.update(
+                e.seq
+                for e in entries[start : min(start + 1024, plan.length)]
+                if e.info.is_developer
+            )
+            yield
+        return frozenset(seqs)
 
     def _publish_meter(self, estimated: int, budget: int, *, synthesized: int = 0) -> None:
         stats = self._meter.stats(
@@ -671,14 +821,29 @@ class ContextStore:
         extra_protected: frozenset[int],
     ) -> Ladder:
         """A ``Ladder`` over the working view of ``plan`` under ``decisions``."""
-        return self._compactor.ladder(
-            self._history, plan, decisions, target=target, extra_protected=extra_protected
+        return run_through(
+            self._laddering(plan, decisions, target=target, extra_protected=extra_protected)
         )
 
-    def _reduce_floor(self, ladder: Ladder, limit: int) -> None:
+    def _laddering(
+        self,
+        plan: RequestPlan,
+        decisions: Decisions,
+        *,
+        target: int,
+        extra_protected: frozenset[int],
+    ) -> Steps[Ladder]:
+        """``_ladder_for`` as steps."""
+        return self._compactor.laddering(
+            plan.history, plan, decisions, target=target, extra_protected=extra_protected
+        )
+
+    def _reducing_floor(self, ladder: Ladder, limit: int) -> Steps[None]:
         """Reduce the protected floor of ``ladder`` to ``limit`` (see ``Ladder.reduce_floor``),
-        leaving room for the minimal notice."""
-        self._compactor.reduce_floor(ladder, limit - self._compactor.notice_allowance(limit))
+        leaving room for the minimal notice; as steps."""
+        return self._compactor.reducing_floor(
+            ladder, limit - self._compactor.notice_allowance(limit)
+        )
 
     def _ordinary_target(self, plan: RequestPlan) -> int:
         """The target of an ordinary request: the whole budget for hard fit."""
@@ -715,10 +880,18 @@ class ContextStore:
     async def open_negotiation(self, provider: Any, retain_contents: Sequence[str]) -> Negotiable:
         """Plan one negotiated request and hand out its seam (see ``negotiable.py``).
 
+        The base candidate is rendered in slices (``slices.py``). When ``set_messages`` or
+        ``clear`` replaced the history meanwhile, the plan is stale and the request fails
+        (as it does when that happens while a candidate is counted); an admission does not
+        matter (the request is for the planned prefix), and another commit makes this
+        request's commit a conflict.
+
         Raises:
             TokenMeterError: the store is not in ``token_meter: "actual"`` mode.
             TypeError: ``retain_contents`` is not a list of strings.
             RetainedContentMissingError: a retained body is not in the admitted history.
+            TransactionConflictError: the history was replaced while the base candidate was
+                rendered; nothing was planned.
         """
         if self.token_meter != TOKEN_METER_ACTUAL:
             raise TokenMeterError(
@@ -729,7 +902,14 @@ class ContextStore:
         plan = await self._plan_request(
             token_budget=None, provider=provider, retain=retain, hard_fit=False
         )
-        return Negotiable(self, plan)
+        seam = Negotiable(self, plan)
+        await self._pacer.run(seam.preparing())
+        if seam.history_replaced():
+            raise TransactionConflictError(
+                "the context history was replaced (set_messages or clear) while this request "
+                "was being planned; nothing was applied"
+            )
+        return seam
 
     # -- events -----------------------------------------------------------------------------
 

@@ -6,9 +6,12 @@ counts the complete request with the provider; when the count is over the trigge
 reduces the candidate with the eight legal rungs until a count fits the target, then
 offers ``fit_output`` once when the request is still over the provider's hard limit,
 and finally reduces the protected floor itself. It awaits only through its seams
-(``count_view``, ``fit_output`` and the return boundary's event delivery). Everything it
-keeps is staged in the transaction; any exception or cancellation before the result is
-returned rolls the transaction back.
+(``count_view``, ``fit_output`` and the return boundary's event delivery) and between the
+slices of the work that grows with the history (each rung, each candidate, the final
+stats: ``Negotiable.pace``). Everything it keeps is staged in the transaction, whose
+REDUCE and FINISH entries check, like a count's, that the history was not replaced while
+the candidate was built; any exception or cancellation before the result is returned
+rolls the transaction back.
 
 Fewer counts: a count is a network round trip. After the first measured count the
 driver calibrates its own estimate against the provider (``count / estimate``) and does
@@ -201,7 +204,8 @@ class Negotiation:
         self.fit_output = fit_output
         self.machine = _Machine(seam)
         self.count_calls = 0
-        self.attempts: list[Attempt] = []
+        self.oversized: list[Decision] = []
+        """The decisions of the counts known to exceed the provider's limit."""
         self.final = seam.base
         """The candidate the result returns (for the meter stats)."""
 
@@ -212,7 +216,8 @@ class Negotiation:
         self.count_calls += 1
         self.machine.counted()
         attempt = Attempt(candidate, envelope, read_decision(envelope))
-        self.attempts.append(attempt)
+        if attempt.oversize:
+            self.oversized.append(attempt.decision)
         return attempt
 
     def result(
@@ -268,7 +273,7 @@ class Negotiation:
         staged = self.seam.base
         pending = False  # the staged candidate has not been counted
         for rung in self.seam.rungs:
-            candidate = self.seam.step(rung)
+            candidate = await self.seam.pace(self.seam.stepping(rung))
             if candidate is None:
                 continue
             staged = candidate
@@ -289,21 +294,21 @@ class Negotiation:
             if staged.estimate > 0:
                 ratio = measured.count / staged.estimate
             if measured.count <= self.seam.target and not measured.oversize:
-                return self._finish(initial, first, last, measured, "target_reached")
+                return await self._finish(initial, first, last, measured, "target_reached")
         if pending:  # the last changed rung was predicted above target; count it anyway
             last = await self.count(staged)
             if not isinstance(last.decision, Measured):
                 return self._recount_unavailable(initial)
             measured = last.decision
             if measured.count <= self.seam.target and not measured.oversize:
-                return self._finish(initial, first, last, measured, "target_reached")
+                return await self._finish(initial, first, last, measured, "target_reached")
         if measured.oversize:
             return await self._fit(initial, first, last, measured)
         if not self.machine.has_changes:
             return self.result(initial, "protected_floor", before=first.count, after=first.count)
-        return self._finish(initial, first, last, measured, "protected_floor")
+        return await self._finish(initial, first, last, measured, "protected_floor")
 
-    def _finish(
+    async def _finish(
         self,
         initial: Attempt,
         first: Measured,
@@ -313,14 +318,16 @@ class Negotiation:
         count_calls: int | None = None,
     ) -> dict[str, Any]:
         """Stage ``last``'s candidate with its stats as the result (READY)."""
-        final = self.seam.finalised(
-            last.candidate,
-            measurement_kind="provider_count",
-            measurement_source=measured.source,
-            measured_before=first.count,
-            measured_after=measured.count,
-            outcome=outcome,
-            count_calls=self.count_calls if count_calls is None else count_calls,
+        final = await self.seam.pace(
+            self.seam.finalising(
+                last.candidate,
+                measurement_kind="provider_count",
+                measurement_source=measured.source,
+                measured_before=first.count,
+                measured_after=measured.count,
+                outcome=outcome,
+                count_calls=self.count_calls if count_calls is None else count_calls,
+            )
         )
         self.machine.finish(final)
         return self.result(
@@ -333,7 +340,7 @@ class Negotiation:
     def _recount_unavailable(self, initial: Attempt) -> dict[str, Any]:
         """A recount lost its measurement: keep nothing, fail closed if known oversize."""
         self.machine.rollback()
-        oversize = [attempt.decision for attempt in self.attempts if attempt.oversize]
+        oversize = self.oversized
         if oversize:
             raise ProviderLimitError(
                 f"{CANNOT_FIT}: the provider recount became unavailable after a request known "
@@ -369,14 +376,16 @@ class Negotiation:
         total_calls = self.count_calls + fitted.calls
         final = last.candidate
         if self.seam.changed(final):
-            final = self.seam.finalised(
-                final,
-                measurement_kind="provider_count",
-                measurement_source=fitted.measured.source,
-                measured_before=first.count,
-                measured_after=fitted.measured.count,
-                outcome="reduced_output",
-                count_calls=total_calls,
+            final = await self.seam.pace(
+                self.seam.finalising(
+                    final,
+                    measurement_kind="provider_count",
+                    measurement_source=fitted.measured.source,
+                    measured_before=first.count,
+                    measured_after=fitted.measured.count,
+                    outcome="reduced_output",
+                    count_calls=total_calls,
+                )
             )
         self.machine.fitted(final)
         return self.result(
@@ -411,7 +420,7 @@ class Negotiation:
             estimate = last.candidate.estimate
             ratio = measured.estimated / estimate if estimate > 0 else 1.0
             limit = int(measured.limit / max(ratio, 1e-9) * (1 - SKIP_MARGIN))
-            candidate = self.seam.reduce_floor(limit)
+            candidate = await self.seam.pace(self.seam.reducing_floor(limit))
             if candidate is None:
                 break
             self.machine.stage(candidate)
@@ -420,7 +429,7 @@ class Negotiation:
                 return self._recount_unavailable(initial)
             measured = last.decision
             if not measured.oversize:
-                return self._finish(
+                return await self._finish(
                     initial,
                     first,
                     last,
@@ -443,7 +452,7 @@ class Negotiation:
         """No usable first count: fall back to the estimate-driven ladder, then recount once."""
         if initial.oversize:
             raise _unmeasured_oversize(initial, rung=0)
-        candidate = self.seam.fallback()
+        candidate = await self.seam.pace(self.seam.falling_back())
         if candidate is None:
             return self.result(  # noqa: ASYNC910 - the caller awaited count_view just before
                 initial, "measurement_unavailable", before=None, after=None
@@ -452,14 +461,16 @@ class Negotiation:
         fallback = await self.count(candidate)
         if fallback.oversize:
             raise _unmeasured_oversize(fallback, rung=self.seam.ladder.level)
-        final = self.seam.finalised(
-            candidate,
-            measurement_kind="estimate",
-            measurement_source=None,
-            measured_before=None,
-            measured_after=fallback.count,
-            outcome="measurement_unavailable",
-            count_calls=self.count_calls,
+        final = await self.seam.pace(
+            self.seam.finalising(
+                candidate,
+                measurement_kind="estimate",
+                measurement_source=None,
+                measured_before=None,
+                measured_after=fallback.count,
+                outcome="measurement_unavailable",
+                count_calls=self.count_calls,
+            )
         )
         self.machine.finish(final)
         return self.result(

@@ -15,13 +15,15 @@ state and an event, the next state and the effects the transition performs, in o
 the effects of the entry it found::
 
     state      event     next         effects
-    STAGED     reduce    STAGED       stage the candidate (a rung applied, count skipped)
+    STAGED     reduce    STAGED       check the history; stage the candidate (a rung
+                                      applied, count skipped)
     STAGED     count     COUNTING     -
-    STAGED     finish    READY        stage the final candidate (with its stats)
+    STAGED     finish    READY        check the history; stage the final candidate (with
+                                      its stats)
     COUNTING   record    COUNTED      check the history was not replaced meanwhile
-    COUNTED    reduce    STAGED       stage the candidate
+    COUNTED    reduce    STAGED       check the history; stage the candidate
     COUNTED    fit       FITTING      -
-    COUNTED    finish    READY        stage the final candidate
+    COUNTED    finish    READY        check the history; stage the final candidate
     FITTING    fitted    READY        check the history; stage the final candidate
     FITTING    no_fit    COUNTED      check the history (fit_output found no output cap)
     READY      commit    COMMITTED    check the store's version; apply the staged decisions
@@ -34,9 +36,11 @@ the effects of the entry it found::
 Rule 1: legality has one source, the table. An event without an entry raises
 ``TransactionStateError`` naming the event and the state, before any effect.
 Rule 2: an effect that fails ends the transaction ROLLED_BACK with nothing applied and
-raises ``TransactionConflictError`` (the history was replaced during a count or a fit:
-``conflict`` stays False; the store moved before the commit: ``conflict`` is True and
-``commit`` answers False instead of raising).
+raises ``TransactionConflictError`` (the history was replaced during a count or a fit, or while
+the candidate being staged was built in slices, ``Negotiable.pace``: ``conflict`` stays
+False; the store moved before the commit: ``conflict`` is True and ``commit`` answers False
+instead of raising). An admission does not stop a transaction: it is for the planned
+prefix of the history.
 Rule 3: the machine is synchronous. The only awaits are in ``commit``: one checkpoint
 before the cancellation check and the commit step, then event delivery after it (the
 commit stands once delivery starts, even if the caller is cancelled during it).
@@ -111,9 +115,9 @@ _ROLLBACK: Final = (S.ROLLED_BACK, (Effect.DISCARD,))
 
 TRANSITIONS: Final[Mapping[TxnState, Mapping[TxnEvent, tuple[TxnState, tuple[Effect, ...]]]]] = {
     S.STAGED: {
-        E.REDUCE: (S.STAGED, (Effect.STAGE,)),
+        E.REDUCE: (S.STAGED, (Effect.CHECK_HISTORY, Effect.STAGE)),
         E.COUNT: (S.COUNTING, ()),
-        E.FINISH: (S.READY, (Effect.STAGE,)),
+        E.FINISH: (S.READY, (Effect.CHECK_HISTORY, Effect.STAGE)),
         E.ROLLBACK: _ROLLBACK,
     },
     S.COUNTING: {
@@ -121,9 +125,9 @@ TRANSITIONS: Final[Mapping[TxnState, Mapping[TxnEvent, tuple[TxnState, tuple[Eff
         E.ROLLBACK: _ROLLBACK,
     },
     S.COUNTED: {
-        E.REDUCE: (S.STAGED, (Effect.STAGE,)),
+        E.REDUCE: (S.STAGED, (Effect.CHECK_HISTORY, Effect.STAGE)),
         E.FIT: (S.FITTING, ()),
-        E.FINISH: (S.READY, (Effect.STAGE,)),
+        E.FINISH: (S.READY, (Effect.CHECK_HISTORY, Effect.STAGE)),
         E.ROLLBACK: _ROLLBACK,
     },
     S.FITTING: {
@@ -198,7 +202,7 @@ class _Machine:
                     self._end()
                     raise TransactionConflictError(
                         "the context history was replaced (set_messages or clear) while "
-                        "this request was being counted; nothing was applied"
+                        "this request was being planned or counted; nothing was applied"
                     )
             else:  # Effect.APPLY: the version is checked even with nothing to apply
                 try:

@@ -84,16 +84,16 @@ STAGE, CHECK, APPLY, DISCARD = "stage", "check history", "apply", "discard"
 ROLLBACK = (S.ROLLED_BACK, (DISCARD,))
 MODEL_TABLE: dict[TxnState, dict[TxnEvent, tuple[TxnState, tuple[str, ...]]]] = {
     S.STAGED: {
-        E.REDUCE: (S.STAGED, (STAGE,)),
+        E.REDUCE: (S.STAGED, (CHECK, STAGE)),
         E.COUNT: (S.COUNTING, ()),
-        E.FINISH: (S.READY, (STAGE,)),
+        E.FINISH: (S.READY, (CHECK, STAGE)),
         E.ROLLBACK: ROLLBACK,
     },
     S.COUNTING: {E.RECORD: (S.COUNTED, (CHECK,)), E.ROLLBACK: ROLLBACK},
     S.COUNTED: {
-        E.REDUCE: (S.STAGED, (STAGE,)),
+        E.REDUCE: (S.STAGED, (CHECK, STAGE)),
         E.FIT: (S.FITTING, ()),
-        E.FINISH: (S.READY, (STAGE,)),
+        E.FINISH: (S.READY, (CHECK, STAGE)),
         E.ROLLBACK: ROLLBACK,
     },
     S.FITTING: {

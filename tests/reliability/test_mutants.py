@@ -56,6 +56,7 @@ from amplifier_module_context_simple.context.decisions import Decisions
 from amplifier_module_context_simple.context.ladder import Ladder
 from amplifier_module_context_simple.context.negotiable import Negotiable
 from amplifier_module_context_simple.context.render import Rendered
+from amplifier_module_context_simple.context.slices import Steps
 from amplifier_module_context_simple.context.store import ContextStore
 from amplifier_module_context_simple.errors import (
     CountContractError,
@@ -399,13 +400,14 @@ async def test_the_sweep_catches_sticky_decisions_committed_after_delivery(
     """The ordinary path commits its sticky decisions before delivering
     ``context:compaction``; committing them only once the delivery completed loses them
     when the caller is cancelled during delivery."""
-    plan_request = ContextStore._plan_request
+    request_inputs = ContextStore._request_inputs
     emit = ContextStore._emit
 
     async def planning(self: ContextStore, **kwargs: Any) -> Any:
-        plan = await plan_request(self, **kwargs)
+        # what was committed when the request began planning (before its own commit)
+        inputs = await request_inputs(self, **kwargs)
         self.__dict__["mutant_committed"] = (self._decisions, self._commit_version)
-        return plan
+        return inputs
 
     async def emit_committing_late(self: ContextStore, event: str, data: dict[str, Any]) -> bool:
         if event != COMPACTION_EVENT:
@@ -416,7 +418,7 @@ async def test_the_sweep_catches_sticky_decisions_committed_after_delivery(
         self._decisions, self._commit_version = committed
         return delivered
 
-    monkeypatch.setattr(ContextStore, "_plan_request", planning)
+    monkeypatch.setattr(ContextStore, "_request_inputs", planning)
     monkeypatch.setattr(ContextStore, "_emit", emit_committing_late)
     with pytest.raises(SweepFailure) as caught:
         await run_sweep(ORDINARY, None, CANCEL, False)
@@ -512,13 +514,14 @@ def test_the_state_machine_catches_an_illegal_event_with_an_effect(
 # -- T9/T10 ---------------------------------------------------------------------------------------
 
 
-def ungrouped(self: Ladder) -> dict[int, list[int]]:
+def ungrouped(self: Ladder) -> Steps[dict[int, list[int]]]:
     """MUTANT: every message is a tool group of its own (pairing ignored)."""
     groups: dict[int, list[int]] = {}
     for index, item in enumerate(self.items):
         item.group = item.seq
         if item.info.call_ids or item.info.result_ids:
             groups.setdefault(item.group, []).append(index)
+    yield
     return groups
 
 
@@ -542,16 +545,18 @@ def test_the_view_properties_catch_missing_synthesized_results(
 
 
 def test_the_view_properties_catch_a_leaked_sequence_id(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = SimpleContextManager._render
+    original = SimpleContextManager._rendering
 
-    def leaking_render(self: SimpleContextManager, plan: Any, decisions: Any) -> Rendered:
-        rendered = original(self, plan, decisions)
+    def leaking_render(
+        self: SimpleContextManager, plan: Any, decisions: Any, **kwargs: Any
+    ) -> Steps[Rendered]:
+        rendered = yield from original(self, plan, decisions, **kwargs)
         for position, message in enumerate(rendered.messages):
             if message.get("role") != "system":  # MUTANT: bookkeeping reaches the view
                 message["metadata"] = {**(message.get("metadata") or {}), "_seq": position}
         return rendered
 
-    monkeypatch.setattr(SimpleContextManager, "_render", leaking_render)
+    monkeypatch.setattr(SimpleContextManager, "_rendering", leaking_render)
     failure = finds_failure(cases(), scenario)
     assert isinstance(failure, ViewInvariantError) and failure.code == "bookkeeping-leak", failure
 
