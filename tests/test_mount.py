@@ -142,6 +142,7 @@ async def test_real_llm_response_with_bad_usage_is_ignored() -> None:
     """Malformed usage through the real registry changes nothing and does not deny."""
     coordinator, context, _ = await mounted({})
     await coordinator.hooks.emit("llm:response", {"usage": {"input_tokens": 40}})
+    data: dict[str, Any]
     for data in ({}, {"usage": {}}, {"usage": {"input_tokens": -1}}, {"usage": "x"}):
         result = await coordinator.hooks.emit("llm:response", data)
         assert result.action == "continue"

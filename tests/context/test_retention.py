@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -411,11 +412,15 @@ async def test_factory_awaited_once_per_request(anyio_backend: str) -> None:
         await anyio.lowlevel.checkpoint()
         return f"{SYSTEM} #{calls_made}"
 
-    hook_system = {"role": "system", "content": "hook context", "metadata": {"source": "hook"}}
+    hook_system: dict[str, Any] = {
+        "role": "system",
+        "content": "hook context",
+        "metadata": {"source": "hook"},
+    }
     messages = [{"role": "system", "content": "stored system"}, hook_system, *history()]
     manager = await manager_for(messages)
     await manager.set_system_prompt_factory(factory)
-    requests = [
+    requests: list[Callable[[], Awaitable[list[dict[str, Any]]]]] = [
         lambda: manager.get_messages_for_request(),
         lambda: manager.get_messages_for_request(token_budget=1_800),
         lambda: manager.get_messages_for_request_retaining(retain_contents=[BODY]),

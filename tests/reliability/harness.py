@@ -11,7 +11,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.negotiator.transaction import (
@@ -32,6 +32,9 @@ from amplifier_module_context_simple.testing import (
     faulty_fit_output,
 )
 from tests.negotiator.orchestrator import Rule, counting
+
+if TYPE_CHECKING:
+    from hypothesis import settings
 
 # -- the summary collector ------------------------------------------------------------------
 
@@ -367,7 +370,7 @@ def checker(op: Operation, ledger: Ledger) -> Callable[[Trial[Any]], Awaitable[N
 # -- hypothesis settings -------------------------------------------------------------------------
 
 
-def hsettings(**overrides: Any) -> Any:
+def hsettings(**overrides: Any) -> settings:
     """The loaded profile, plus the health checks async/fixture-using properties need."""
     from hypothesis import HealthCheck, settings
 

@@ -114,7 +114,7 @@ async def test_each_bad_count_value(field: str, value: Any, anyio_backend: str) 
     await negotiate_and_judge(manager, count_view)
 
 
-NOT_ENVELOPES = [
+NOT_ENVELOPES: list[Any] = [
     None,
     5,
     "x",
