@@ -393,6 +393,7 @@ async def test_failed_request_emits_nothing() -> None:
     assert cm.last_token_meter_stats is None
 
     async def working() -> str:
+        await anyio.lowlevel.checkpoint()
         return "system"
 
     await cm.set_system_prompt_factory(working)

@@ -284,6 +284,7 @@ async def test_fallback_compaction_when_unavailable(anyio_backend: str) -> None:
     async def factory() -> str:
         nonlocal calls
         calls += 1
+        await anyio.lowlevel.checkpoint()
         return "You are terse."
 
     await context.set_system_prompt_factory(factory)
@@ -662,8 +663,8 @@ async def test_count_view_cancellation_rolls_back(at: int, anyio_backend: str) -
             nonlocal at
             if at == 0:
                 scope.cancel()
-                await anyio.lowlevel.checkpoint()
             at -= 1
+            await anyio.lowlevel.checkpoint()  # the count's await: a cancellation lands here
             return envelope(900, estimated=1001)
 
         await measured(context, count_view, Fit(fitted_envelope()))
@@ -726,7 +727,7 @@ async def test_budget_delivery_cancellation_rolls_back(anyio_backend: str) -> No
         async def emit(self, event: str, data: Any) -> None:
             if event == "context:budget":
                 self.scope.cancel()
-                await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()  # the delivery's await: a cancellation lands here
 
     script = Script(truncated_then(900, 400))
     with anyio.CancelScope() as scope:

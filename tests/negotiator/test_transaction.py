@@ -456,11 +456,11 @@ def machines() -> Iterator[list[_Machine]]:
         original(self, seam)
         created.append(self)
 
-    _Machine.__init__ = init  # type: ignore[method-assign]
+    _Machine.__init__ = init  # type: ignore[method-assign]  # recording; restored below
     try:
         yield created
     finally:
-        _Machine.__init__ = original  # type: ignore[method-assign]
+        _Machine.__init__ = original  # type: ignore[method-assign]  # the original back
 
 
 # -- isolation and conflicts, on a real negotiation ------------------------------------------
@@ -664,7 +664,7 @@ async def test_the_handle_cannot_drive_the_machine(anyio_backend: str) -> None:
         with pytest.raises(AttributeError):
             setattr(txn, name, getattr(txn, name))
     with pytest.raises(AttributeError):
-        txn.fire = lambda event: None  # type: ignore[attr-defined]
+        txn.fire = lambda event: None  # type: ignore[attr-defined]  # refused: the point
     before = snapshot(context)
     txn.rollback()
     assert txn.state is S.ROLLED_BACK and machine.state is S.ROLLED_BACK
@@ -737,6 +737,8 @@ class BlockingHooks:
         if event == "context:compaction":
             self.entered.set()
             await self.release.wait()
+        else:
+            await anyio.lowlevel.checkpoint()  # any other delivery: an ordinary await
         self.delivered.append(event)
 
 

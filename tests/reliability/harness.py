@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import anyio.lowlevel
+
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.negotiator.transaction import (
     TERMINAL,
@@ -205,13 +207,13 @@ def track_transactions() -> Iterator[Ledger]:
         handle_init(self, machine)
         ledger.handles.append((self, machine))
 
-    _Machine.__init__ = init_machine  # type: ignore[method-assign]
-    RequestTransaction.__init__ = init_handle  # type: ignore[method-assign]
+    _Machine.__init__ = init_machine  # type: ignore[method-assign]  # recording; restored below
+    RequestTransaction.__init__ = init_handle  # type: ignore[method-assign]  # recording, too
     try:
         yield ledger
     finally:
-        _Machine.__init__ = machine_init  # type: ignore[method-assign]
-        RequestTransaction.__init__ = handle_init  # type: ignore[method-assign]
+        _Machine.__init__ = machine_init  # type: ignore[method-assign]  # the original back
+        RequestTransaction.__init__ = handle_init  # type: ignore[method-assign]  # the original
 
 
 # -- the operations the sweeps enumerate ---------------------------------------------------------
@@ -318,6 +320,8 @@ def checker(op: Operation, ledger: Ledger) -> Callable[[Trial[Any]], Awaitable[N
     """Per-trial checks beyond the store oracle: views, transactions, the result envelope."""
 
     async def check(trial: Trial[Any]) -> None:
+        # run between trials: a checkpoint here moves no await point of the operation
+        await anyio.lowlevel.checkpoint()
         factory_text = PROMPT if op.factory else None
         created = ledger.since(trial.prepared)
         where = trial.describe()
