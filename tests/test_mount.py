@@ -8,6 +8,7 @@ import math
 import types
 from typing import Any
 
+import anyio.lowlevel
 import pytest
 
 import amplifier_module_context_simple as module
@@ -34,6 +35,7 @@ class BareCoordinator:
             self.hooks = hooks
 
     async def mount(self, point: str, obj: Any) -> None:
+        await anyio.lowlevel.checkpoint()
         self.mounts.append((point, obj))
 
 
@@ -73,7 +75,7 @@ async def test_meter_listener_priority_is_50() -> None:
     coordinator = make_coordinator()
 
     async def probe(event: str, data: dict[str, Any]) -> None:
-        return None
+        return None  # noqa: ASYNC910 - a no-op handler: only its registration is under test
 
     coordinator.hooks.register("llm:response", probe, priority=51, name="probe-51")
     coordinator.hooks.register("llm:response", probe, priority=49, name="probe-49")
@@ -142,6 +144,7 @@ async def test_real_llm_response_with_bad_usage_is_ignored() -> None:
     """Malformed usage through the real registry changes nothing and does not deny."""
     coordinator, context, _ = await mounted({})
     await coordinator.hooks.emit("llm:response", {"usage": {"input_tokens": 40}})
+    data: dict[str, Any]
     for data in ({}, {"usage": {}}, {"usage": {"input_tokens": -1}}, {"usage": "x"}):
         result = await coordinator.hooks.emit("llm:response", data)
         assert result.action == "continue"
@@ -207,7 +210,7 @@ async def test_cleanup_unregisters_and_is_safe_twice() -> None:
     coordinator = make_coordinator()
 
     async def other(event: str, data: dict[str, Any]) -> None:
-        return None
+        return None  # noqa: ASYNC910 - a no-op handler: only its registration is under test
 
     coordinator.hooks.register("llm:response", other, priority=10, name="other")
     cleanup = await mount(coordinator, {})
@@ -271,7 +274,7 @@ async def test_mount_with_hooks_none() -> None:
 async def test_mount_with_non_callable_register_capability() -> None:
     """A non-callable ``register_capability`` attribute is ignored."""
     coordinator = BareCoordinator()
-    coordinator.register_capability = None  # type: ignore[attr-defined]
+    coordinator.register_capability = None  # type: ignore[attr-defined]  # added by the test
     cleanup = await mount(coordinator, {})
     assert len(coordinator.mounts) == 1
     await cleanup()
@@ -282,7 +285,7 @@ async def test_mount_registers_capabilities_on_a_plain_coordinator() -> None:
     """A callable ``register_capability`` receives exactly the two default capabilities."""
     registered: dict[str, Any] = {}
     coordinator = BareCoordinator()
-    coordinator.register_capability = registered.__setitem__  # type: ignore[attr-defined]
+    coordinator.register_capability = registered.__setitem__  # type: ignore[attr-defined]  # added by the test
     await mount(coordinator, {})
     context = coordinator.mounts[0][1]
     assert registered == {
@@ -296,7 +299,7 @@ async def test_mount_registers_measured_view_on_a_plain_coordinator() -> None:
     """With "actual", a plain coordinator receives the measured-view capability too."""
     registered: dict[str, Any] = {}
     coordinator = BareCoordinator()
-    coordinator.register_capability = registered.__setitem__  # type: ignore[attr-defined]
+    coordinator.register_capability = registered.__setitem__  # type: ignore[attr-defined]  # added by the test
     await mount(coordinator, {"token_meter": "actual"})
     context = coordinator.mounts[0][1]
     assert registered["context.measured_request_view"] == context.get_measured_request_view

@@ -565,9 +565,8 @@ class History:
                     index = _first_difference(entries, messages, index, end, _STORED)
                 if index == end:
                     return True
-            message = messages[index]
-            validate_message(message, index)
-            capped = cap_tool_result(message, max_tool_result_bytes)[0]  # type: ignore[arg-type]
+            message = validate_message(messages[index], index)
+            capped = cap_tool_result(message, max_tool_result_bytes)[0]
             if _as_seen(entries[index].given) != _as_seen(capped):
                 return False
             index += 1

@@ -393,6 +393,7 @@ async def test_failed_request_emits_nothing() -> None:
     assert cm.last_token_meter_stats is None
 
     async def working() -> str:
+        await anyio.lowlevel.checkpoint()
         return "system"
 
     await cm.set_system_prompt_factory(working)
@@ -494,7 +495,9 @@ async def test_meter_budget_is_after_the_notice_reserve() -> None:
     cm = SimpleContextManager()
     await cm.add_message({"role": "user", "content": "hello"})
     await cm.get_messages_for_request(provider=defaults(200_000, 64_000))
-    assert cm.last_token_meter_stats["budget"] == 163_104
+    stats = cm.last_token_meter_stats
+    assert stats is not None and stats["budget"] == 163_104
     cm.compaction_notice_enabled = False
     await cm.get_messages_for_request(provider=defaults(200_000, 64_000))
-    assert cm.last_token_meter_stats["budget"] == 163_904
+    stats = cm.last_token_meter_stats
+    assert stats is not None and stats["budget"] == 163_904

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -316,7 +317,7 @@ async def test_reminders_outside_the_human_prompts(anyio_backend: str) -> None:
     assert messages[1] in view and messages[-2] in view
 
 
-async def test_level_five_keeps_required_content(anyio_backend: str) -> None:
+async def test_level_five_keeps_required_content(anyio_backend: str) -> None:  # noqa: ASYNC910 - pytest.fail raises
     """79: at the budget where the retaining request first reaches level 5, the first
     human, the retained reminder and the latest human are intact."""
     messages = history(turns=16)
@@ -336,7 +337,7 @@ async def test_level_five_keeps_required_content(anyio_backend: str) -> None:
     pytest.fail("no budget reached level 5")
 
 
-async def test_level_eight_with_a_quoting_human_prompt(anyio_backend: str) -> None:
+async def test_level_eight_with_a_quoting_human_prompt(anyio_backend: str) -> None:  # noqa: ASYNC910 - pytest.fail raises
     """80: a human prompt quoting ``<system-reminders>`` XML is still a human prompt: at a
     budget where retention ends at level 8 above its target, it, the retained reminder and
     the latest human are intact."""
@@ -411,11 +412,15 @@ async def test_factory_awaited_once_per_request(anyio_backend: str) -> None:
         await anyio.lowlevel.checkpoint()
         return f"{SYSTEM} #{calls_made}"
 
-    hook_system = {"role": "system", "content": "hook context", "metadata": {"source": "hook"}}
+    hook_system: dict[str, Any] = {
+        "role": "system",
+        "content": "hook context",
+        "metadata": {"source": "hook"},
+    }
     messages = [{"role": "system", "content": "stored system"}, hook_system, *history()]
     manager = await manager_for(messages)
     await manager.set_system_prompt_factory(factory)
-    requests = [
+    requests: list[Callable[[], Awaitable[list[dict[str, Any]]]]] = [
         lambda: manager.get_messages_for_request(),
         lambda: manager.get_messages_for_request(token_budget=1_800),
         lambda: manager.get_messages_for_request_retaining(retain_contents=[BODY]),
@@ -441,6 +446,7 @@ async def test_factory_errors_leave_no_trace(anyio_backend: str) -> None:
         raise RuntimeError("factory down")
 
     async def wrong() -> Any:
+        await anyio.lowlevel.checkpoint()
         return 42
 
     await manager.set_system_prompt_factory(broken)
@@ -453,7 +459,7 @@ async def test_factory_errors_leave_no_trace(anyio_backend: str) -> None:
         await manager.get_messages_for_request(token_budget=900)
     assert snapshot(manager).identical(state)
     with pytest.raises(TypeError):
-        await manager.set_system_prompt_factory("not callable")  # type: ignore[arg-type]
+        await manager.set_system_prompt_factory("not callable")  # type: ignore[arg-type]  # the error under test
 
 
 # -- cancellation at every await point (RELIABILITY T1) --------------------------------------------
@@ -502,6 +508,8 @@ async def test_cancellation_at_every_await_point(anyio_backend: str, kind: str) 
         return Prepared(manager, run, hooks, follow_up=run)
 
     async def check(trial: Trial[list[dict[str, Any]]]) -> None:
+        # run between trials: a checkpoint here moves no await point of the request
+        await anyio.lowlevel.checkpoint()
         if trial.expected == "after" and not trial.returned:  # the commit stood
             trial.plan.disarm()
             manager = trial.prepared.manager

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -95,7 +94,7 @@ async def test_prefix_changes_only_on_compaction_over_30_cycles(anyio_backend: s
     context:compaction; and the stats object changes exactly on those requests."""
     session = Session(max_tokens=6_000, protected_tool_results=2)
     await session.add({"role": "system", "content": "You are the build assistant."})
-    previous: list[Mapping[str, Any]] = []
+    previous: list[dict[str, Any]] = []
     stats = None
     compacted = stable = 0
     for index in range(30):

@@ -29,7 +29,7 @@ class CancellingHooks:
         if event == "context:budget" and self.scope is not None and not self.interrupted:
             self.interrupted += 1
             self.scope.cancel()
-            await anyio.lowlevel.checkpoint()  # the cancellation lands here
+        await anyio.lowlevel.checkpoint()  # the delivery's await: the cancellation lands here
         self.delivered.append(event)
 
 

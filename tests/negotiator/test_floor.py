@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import anyio.lowlevel
 import pytest
 from amplifier_module_loop_negotiating.messages import build_request
 from amplifier_module_provider_window.counting import count_request
@@ -48,6 +49,7 @@ class Provider:
         self.fits = 0
 
     async def count_view(self, view: list[dict[str, Any]]) -> dict[str, Any]:
+        await anyio.lowlevel.checkpoint()  # a provider count is an await
         check_provider_valid(view, "openai")
         check_provider_valid(view, "anthropic")
         tokens = counted(view)
@@ -55,6 +57,7 @@ class Provider:
         return provider_count_envelope(view, tokens, self.limit, "o200k")
 
     async def fit_output(self, view: list[dict[str, Any]], attempt: Any) -> None:
+        await anyio.lowlevel.checkpoint()  # a provider count is an await
         self.fits += 1  # no smaller output cap makes this request fit
 
 

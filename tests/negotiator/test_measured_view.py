@@ -284,6 +284,7 @@ async def test_fallback_compaction_when_unavailable(anyio_backend: str) -> None:
     async def factory() -> str:
         nonlocal calls
         calls += 1
+        await anyio.lowlevel.checkpoint()
         return "You are terse."
 
     await context.set_system_prompt_factory(factory)
@@ -442,7 +443,7 @@ async def test_malformed_decision_numbers(
     assert_nothing_staged(context, before, returned=False)
 
 
-MALFORMED_ENVELOPES = {
+MALFORMED_ENVELOPES: dict[str, Any] = {
     "none": None,
     "list": [],
     "str": "dispatch",
@@ -662,8 +663,8 @@ async def test_count_view_cancellation_rolls_back(at: int, anyio_backend: str) -
             nonlocal at
             if at == 0:
                 scope.cancel()
-                await anyio.lowlevel.checkpoint()
             at -= 1
+            await anyio.lowlevel.checkpoint()  # the count's await: a cancellation lands here
             return envelope(900, estimated=1001)
 
         await measured(context, count_view, Fit(fitted_envelope()))
@@ -726,7 +727,7 @@ async def test_budget_delivery_cancellation_rolls_back(anyio_backend: str) -> No
         async def emit(self, event: str, data: Any) -> None:
             if event == "context:budget":
                 self.scope.cancel()
-                await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()  # the delivery's await: a cancellation lands here
 
     script = Script(truncated_then(900, 400))
     with anyio.CancelScope() as scope:
@@ -831,8 +832,9 @@ async def test_budget_event_on_change_and_meter_refresh(anyio_backend: str) -> N
     assert first_meter is not None and first_meter["provider_count"] == 700
     await measured(context, Script(constant(650)), provider=provider)
     assert len(recorder.named("context:budget")) == 1
-    assert context.last_token_meter_stats is not first_meter
-    assert context.last_token_meter_stats["provider_count"] == 650
+    meter = context.last_token_meter_stats
+    assert meter is not None and meter is not first_meter
+    assert meter["provider_count"] == 650
     await measured(context, Script(constant(650)), provider=WindowProvider(30_000))
     assert len(recorder.named("context:budget")) == 2
 
@@ -1081,7 +1083,7 @@ async def test_deferred_count_that_reaches_target_is_target_reached(anyio_backen
     """When the only reduction (a removal at rung 5) is skipped as "predicted above target"
     and its deferred count after rung 8 is under the target, the outcome is
     ``target_reached`` - as with ``count_every_rung`` on the same counts."""
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": "please read this " * 120},
         {"role": "assistant", "content": "", "tool_calls": [{"id": "c0", "type": "function"}]},
         {"role": "tool", "tool_call_id": "c0", "content": "y" * 300},

@@ -53,7 +53,7 @@ from tests.support import replaced
 
 S, E = TxnState, TxnEvent
 
-HISTORY = [
+HISTORY: list[dict[str, Any]] = [
     {"role": "user", "content": "Summarise the repository."},
     {"role": "assistant", "content": "Reading.", "tool_calls": [{"id": "a", "type": "function"}]},
     {"role": "tool", "tool_call_id": "a", "content": "x" * 900},
@@ -456,11 +456,11 @@ def machines() -> Iterator[list[_Machine]]:
         original(self, seam)
         created.append(self)
 
-    _Machine.__init__ = init  # type: ignore[method-assign]
+    _Machine.__init__ = init  # type: ignore[method-assign]  # recording; restored below
     try:
         yield created
     finally:
-        _Machine.__init__ = original  # type: ignore[method-assign]
+        _Machine.__init__ = original  # type: ignore[method-assign]  # the original back
 
 
 # -- isolation and conflicts, on a real negotiation ------------------------------------------
@@ -548,12 +548,8 @@ async def test_second_negotiation_sees_committed_state_and_wins(anyio_backend: s
     assert len(recorder.named("context:compaction")) == 1
 
 
-async def _set_messages(context: SimpleContextManager) -> None:
+async def _set_negotiated_messages(context: SimpleContextManager) -> None:
     await context.set_messages(replaced(NEGOTIATED))
-
-
-async def _clear(context: SimpleContextManager) -> None:
-    await context.clear()
 
 
 async def _ordinary_compaction(context: SimpleContextManager) -> None:
@@ -562,7 +558,7 @@ async def _ordinary_compaction(context: SimpleContextManager) -> None:
 
 
 MOVES = {
-    "set_messages": _set_messages,
+    "set_messages": _set_negotiated_messages,
     "clear": _clear,
     "ordinary_compaction": _ordinary_compaction,
 }
@@ -606,7 +602,8 @@ async def test_commit_is_idempotent_and_rollback_after_commit_is_a_noop(anyio_ba
     carrying the staged stats (REFERENCE 113)."""
     _, context, recorder, _, result, _ = await negotiated(anyio_backend)
     txn = result["transaction"]
-    staged_stats = txn.stats
+    staged_stats: dict[str, Any] | None = txn.stats
+    assert staged_stats is not None
     assert await txn.commit() is True
     after = snapshot(context)
     assert context.last_compaction_stats is staged_stats
@@ -667,7 +664,7 @@ async def test_the_handle_cannot_drive_the_machine(anyio_backend: str) -> None:
         with pytest.raises(AttributeError):
             setattr(txn, name, getattr(txn, name))
     with pytest.raises(AttributeError):
-        txn.fire = lambda event: None  # type: ignore[attr-defined]
+        txn.fire = lambda event: None  # type: ignore[attr-defined]  # refused: the point
     before = snapshot(context)
     txn.rollback()
     assert txn.state is S.ROLLED_BACK and machine.state is S.ROLLED_BACK
@@ -683,6 +680,11 @@ class PredicateError(Exception):
 
 def raising_predicate() -> bool:
     raise PredicateError("is_cancelled failed")
+
+
+def state_now(txn: RequestTransaction) -> TxnState:
+    """``txn.state`` read afresh: mypy keeps an asserted state across a transition."""
+    return txn.state
 
 
 @pytest.mark.anyio
@@ -701,7 +703,7 @@ async def test_raising_predicate_propagates_and_leaves_it_ready(
     assert txn.state is S.READY and snapshot(context) == before
     if then == "rollback":
         txn.rollback()
-        assert txn.state is S.ROLLED_BACK and snapshot(context) == before
+        assert state_now(txn) is S.ROLLED_BACK and snapshot(context) == before
     else:
         assert await txn.commit() is True
         assert context._decisions is machine.staged.decisions
@@ -735,6 +737,8 @@ class BlockingHooks:
         if event == "context:compaction":
             self.entered.set()
             await self.release.wait()
+        else:
+            await anyio.lowlevel.checkpoint()  # any other delivery: an ordinary await
         self.delivered.append(event)
 
 

@@ -11,7 +11,9 @@ import contextlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import anyio.lowlevel
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.negotiator.transaction import (
@@ -32,6 +34,9 @@ from amplifier_module_context_simple.testing import (
     faulty_fit_output,
 )
 from tests.negotiator.orchestrator import Rule, counting
+
+if TYPE_CHECKING:
+    from hypothesis import settings
 
 # -- the summary collector ------------------------------------------------------------------
 
@@ -202,13 +207,13 @@ def track_transactions() -> Iterator[Ledger]:
         handle_init(self, machine)
         ledger.handles.append((self, machine))
 
-    _Machine.__init__ = init_machine  # type: ignore[method-assign]
-    RequestTransaction.__init__ = init_handle  # type: ignore[method-assign]
+    _Machine.__init__ = init_machine  # type: ignore[method-assign]  # recording; restored below
+    RequestTransaction.__init__ = init_handle  # type: ignore[method-assign]  # recording, too
     try:
         yield ledger
     finally:
-        _Machine.__init__ = machine_init  # type: ignore[method-assign]
-        RequestTransaction.__init__ = handle_init  # type: ignore[method-assign]
+        _Machine.__init__ = machine_init  # type: ignore[method-assign]  # the original back
+        RequestTransaction.__init__ = handle_init  # type: ignore[method-assign]  # the original
 
 
 # -- the operations the sweeps enumerate ---------------------------------------------------------
@@ -315,6 +320,8 @@ def checker(op: Operation, ledger: Ledger) -> Callable[[Trial[Any]], Awaitable[N
     """Per-trial checks beyond the store oracle: views, transactions, the result envelope."""
 
     async def check(trial: Trial[Any]) -> None:
+        # run between trials: a checkpoint here moves no await point of the operation
+        await anyio.lowlevel.checkpoint()
         factory_text = PROMPT if op.factory else None
         created = ledger.since(trial.prepared)
         where = trial.describe()
@@ -367,7 +374,7 @@ def checker(op: Operation, ledger: Ledger) -> Callable[[Trial[Any]], Awaitable[N
 # -- hypothesis settings -------------------------------------------------------------------------
 
 
-def hsettings(**overrides: Any) -> Any:
+def hsettings(**overrides: Any) -> settings:
     """The loaded profile, plus the health checks async/fixture-using properties need."""
     from hypothesis import HealthCheck, settings
 

@@ -457,7 +457,7 @@ class StoreMachine(RuleBasedStateMachine):
                             provider=None, retain_contents=[], count_view=count_view
                         )
                     except Exception as error:
-                        return error
+                        return error  # noqa: ASYNC910 - a checkpoint in the scope could turn it into a cancellation
                 return None  # cancelled
             finally:
                 self.manager.hooks = self.hooks

@@ -293,7 +293,7 @@ def _one_bad_field(draw: Any, *, fit: bool) -> dict[str, Any]:
     """A valid envelope (or fit result) with exactly one field replaced by a bad value."""
     count = draw(st.integers(0, 4000))
     envelope: dict[str, Any] = {"dispatch": {}, "budget_decision": _valid_decision(count, 4000)}
-    paths = [("dispatch",), ("budget_decision",)]
+    paths: list[tuple[str, ...]] = [("dispatch",), ("budget_decision",)]
     paths += [("budget_decision", k) for k in ("estimated_input_tokens", "input_limit_tokens")]
     paths += [("budget_decision", "measurement")]
     paths += [("budget_decision", "measurement", k) for k in ("kind", "source", "input_tokens")]

@@ -67,7 +67,7 @@ async def test_garbage_count_envelopes(
     async def count_view(view: list[dict[str, Any]]) -> Any:
         await anyio.lowlevel.checkpoint()
         if good_first and not getattr(count_view, "started", False):
-            count_view.started = True  # type: ignore[attr-defined]
+            count_view.started = True  # type: ignore[attr-defined]  # a flag on the function
             return counted(good, view)
         return script.pop(0) if script else counted(good, view)
 
@@ -103,6 +103,7 @@ async def test_each_bad_count_value(field: str, value: Any, anyio_backend: str) 
     manager = await measured_store()
 
     async def count_view(view: list[dict[str, Any]]) -> Any:
+        await anyio.lowlevel.checkpoint()
         envelope = counted(proportional(0.3, limit=LIMIT), view)
         decision = envelope["budget_decision"]
         if field == "input_tokens":
@@ -114,7 +115,7 @@ async def test_each_bad_count_value(field: str, value: Any, anyio_backend: str) 
     await negotiate_and_judge(manager, count_view)
 
 
-NOT_ENVELOPES = [
+NOT_ENVELOPES: list[Any] = [
     None,
     5,
     "x",
@@ -131,6 +132,7 @@ async def test_non_envelopes_fail_typed(envelope: Any, anyio_backend: str) -> No
     manager = await measured_store()
 
     async def count_view(view: list[dict[str, Any]]) -> Any:
+        await anyio.lowlevel.checkpoint()
         return envelope
 
     assert await negotiate_and_judge(manager, count_view) == "CountContractError"
@@ -178,6 +180,7 @@ async def test_a_seam_mutating_its_view_changes_nothing_stored(
     rule = proportional(0.3, limit=1500, oversize=seam == "fit_output")
 
     async def count_view(view: list[dict[str, Any]]) -> Any:
+        await anyio.lowlevel.checkpoint()
         envelope = counted(rule, view)
         if seam == "count_view":
             given.append(view)
@@ -185,6 +188,7 @@ async def test_a_seam_mutating_its_view_changes_nothing_stored(
         return envelope
 
     async def fit_output(view: list[dict[str, Any]], attempt: Any) -> Any:
+        await anyio.lowlevel.checkpoint()
         given.append(view)
         mutate(view)
         return {
@@ -245,13 +249,13 @@ async def test_a_factory_returning_a_non_string(value: Any, path: str, anyio_bac
 @pytest.mark.anyio
 async def test_a_sync_factory_fails_typed(anyio_backend: str) -> None:
     manager = await measured_store()
-    await manager.set_system_prompt_factory(lambda: PROMPT)  # type: ignore[arg-type,return-value]
+    await manager.set_system_prompt_factory(lambda: PROMPT)  # type: ignore[arg-type,return-value]  # sync: the error under test
     before = snapshot(manager)
     with pytest.raises(TypeError):
         await manager.get_messages_for_request(token_budget=2400)
     assert snapshot(manager) == before and snapshot(manager).same_objects(before)
     with pytest.raises(TypeError):
-        await manager.set_system_prompt_factory("not callable")  # type: ignore[arg-type]
+        await manager.set_system_prompt_factory("not callable")  # type: ignore[arg-type]  # the error under test
 
 
 class RaisingHooks:
@@ -326,27 +330,27 @@ async def test_bad_request_arguments(anyio_backend: str) -> None:
     count_view = counting(proportional(0.3, limit=LIMIT))
     for retain in ("body", [1], [None], None):
         with pytest.raises(TypeError):
-            await manager.get_messages_for_request_retaining(retain_contents=retain)  # type: ignore[arg-type]
+            await manager.get_messages_for_request_retaining(retain_contents=retain)  # type: ignore[arg-type]  # bad on purpose
         with pytest.raises(TypeError):
             await manager.get_measured_request_view(
                 provider=None,
-                retain_contents=retain,  # type: ignore[arg-type]
+                retain_contents=retain,  # type: ignore[arg-type]  # bad on purpose
                 count_view=count_view,
             )
     with pytest.raises(TypeError):
-        await manager.get_messages_for_request_retaining(retain_contents=[], hard_fit="yes")  # type: ignore[arg-type]
+        await manager.get_messages_for_request_retaining(retain_contents=[], hard_fit="yes")  # type: ignore[arg-type]  # bad on purpose
     with pytest.raises(TypeError):
         await manager.get_measured_request_view(
             provider=None,
             retain_contents=[],
-            count_view=5,  # type: ignore[arg-type]
+            count_view=5,  # type: ignore[arg-type]  # bad on purpose
         )
     with pytest.raises(TypeError):
         await manager.get_measured_request_view(
             provider=None,
             retain_contents=[],
             count_view=count_view,
-            fit_output="fit",  # type: ignore[arg-type]
+            fit_output="fit",  # type: ignore[arg-type]  # bad on purpose
         )
     with pytest.raises(RetainedContentMissingError):
         await manager.get_messages_for_request_retaining(retain_contents=["not admitted"])

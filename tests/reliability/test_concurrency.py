@@ -174,7 +174,7 @@ async def test_a_store_move_during_a_negotiation_makes_its_commit_a_conflict(
     results: list[dict[str, Any]] = []
     errors: list[BaseException] = []
 
-    async def negotiate() -> None:
+    async def negotiate() -> None:  # noqa: ASYNC910 - a task body: its error is the outcome
         try:
             results.append(
                 await manager.get_measured_request_view(

@@ -180,6 +180,7 @@ async def test_a_reset_during_a_count_fails_typed(move: str, anyio_backend: str)
 
     async def count_view(view: list[dict[str, Any]]) -> Any:
         nonlocal calls, reset
+        await anyio.lowlevel.checkpoint()  # a provider count is an await
         calls += 1
         if calls == 1:  # another task resets the store while this count is in flight
             if move == "clear":
@@ -214,6 +215,7 @@ async def test_a_result_admitted_during_a_count_never_loses_its_call(anyio_backe
 
     async def count_view(view: list[dict[str, Any]]) -> Any:
         nonlocal calls
+        await anyio.lowlevel.checkpoint()  # a provider count is an await
         calls += 1
         if calls == 1:  # the late tool result arrives while the count is in flight
             await manager.add_message(result)

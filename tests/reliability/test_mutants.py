@@ -161,7 +161,7 @@ async def commit_applying_first(self: _Machine, is_cancelled: Any) -> bool:
         try:
             self._fire(TxnEvent.COMMIT)  # MUTANT: applied before the cancellation check
         except TransactionConflictError:
-            return False
+            return False  # noqa: ASYNC910 - the mutant: its commit step precedes any checkpoint
     await anyio.lowlevel.checkpoint_if_cancelled()
     if is_cancelled is not None and is_cancelled():
         return False
@@ -291,7 +291,7 @@ FLOOR = OPERATION["ordinary/floor"]
 
 async def emit_budget_marking_first(self: ContextStore, provenance: dict[str, Any]) -> None:
     if provenance == self._last_emitted_budget:
-        return
+        return  # noqa: ASYNC910 - as ContextStore._emit_budget: delivery adds no checkpoint
     self._last_emitted_budget = provenance  # MUTANT: marked before the delivery
     await self._emit(BUDGET_EVENT, dict(provenance))
 
@@ -456,6 +456,7 @@ async def test_the_bad_value_harness_catches_missing_count_validation(
     for value in (True, -1, 1.5, "12", None):
 
         async def count_view(view: list[dict[str, Any]], value: Any = value) -> Any:
+            await anyio.lowlevel.checkpoint()
             envelope = counted(proportional(0.3, limit=LIMIT), view)
             envelope["budget_decision"]["measurement"]["input_tokens"] = value
             envelope["budget_decision"]["estimated_input_tokens"] = value
@@ -470,6 +471,7 @@ async def test_the_bad_value_harness_catches_missing_count_validation(
     for value in (True, -1, 1.5, "12", None):
 
         async def count_view(view: list[dict[str, Any]], value: Any = value) -> Any:
+            await anyio.lowlevel.checkpoint()
             envelope = counted(proportional(0.3, limit=LIMIT), view)
             envelope["budget_decision"]["measurement"]["input_tokens"] = value
             envelope["budget_decision"]["estimated_input_tokens"] = value

@@ -607,9 +607,11 @@ async def test_seam_wrappers_and_hooks(anyio_backend: str) -> None:
     plan = FaultPlan()
 
     async def count(view: list[dict[str, Any]]) -> Any:
+        await anyio.lowlevel.checkpoint()
         return len(view)
 
     async def fit(view: list[dict[str, Any]], attempt: Any) -> Any:
+        await anyio.lowlevel.checkpoint()
         return attempt
 
     assert await faulty_count_view(plan, count)([{}]) == 1
@@ -803,6 +805,7 @@ async def test_check_isolation_names_each_leak(anyio_backend: str) -> None:
     assert again == await rebuild()
 
     async def leaking() -> list[dict[str, Any]]:
+        await anyio.lowlevel.checkpoint()
         return [{"role": "user", "content": MUTATION_MARK}]
 
     async def different() -> list[dict[str, Any]]:
@@ -892,8 +895,9 @@ async def test_each_sweep_failure_has_its_code(anyio_backend: str) -> None:
 
     async def reorders(manager: SimpleContextManager, plan: FaultPlan) -> Any:
         calls.append(1)
-        for label in ("a", "b") if len(calls) % 2 else ("b", "a"):
-            await plan.hit(label)
+        first, second = ("a", "b") if len(calls) % 2 else ("b", "a")
+        await plan.hit(first)
+        await plan.hit(second)
 
     assert (await sweep_code(operation(reorders), kind=CANCEL))[0] == "seam-order"
 
@@ -924,6 +928,7 @@ async def test_each_sweep_failure_has_its_code(anyio_backend: str) -> None:
     assert await sweep_code(operation(returns, fails)) == ("retry-outcome", ())
 
     async def moves(manager: SimpleContextManager) -> Any:
+        await anyio.lowlevel.checkpoint()
         manager.truncate_chars = 11
 
     assert await sweep_code(operation(returns, moves)) == ("retry-state", ("config",))
