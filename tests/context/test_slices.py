@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -161,7 +162,7 @@ async def outcome(run: Callable[[], Awaitable[Any]]) -> tuple[str, Any]:
     try:
         value = await run()
     except (RetainedContentMissingError, TransactionConflictError) as error:
-        return "raised", type(error)
+        return "raised", type(error)  # noqa: ASYNC910 - the awaited request raised: its outcome
     return "returned", freeze(value)
 
 
@@ -189,13 +190,13 @@ async def check_replanned(kind: str, move: str) -> None:
     for k in range(1, points + 1):
         twin = await loaded()
         await act(twin, await ready_transaction(twin))
-        expected = await outcome(lambda twin=twin: request(twin))
+        expected = await outcome(partial(request, twin))
 
         manager = await loaded()
         other = await ready_transaction(manager)
-        interference = Interference(k, lambda manager=manager, other=other: act(manager, other))
+        interference = Interference(k, partial(act, manager, other))
         manager._pacer = Pacer(0.0, interference)
-        got = await outcome(lambda manager=manager: request(manager))
+        got = await outcome(partial(request, manager))
         assert interference.moves == 1, (k, points)
         assert got == expected, (kind, move, k)
         assert snapshot(manager) == snapshot(twin), (kind, move, k)
@@ -270,9 +271,7 @@ async def test_a_negotiation_whose_history_was_replaced_while_it_planned_stops(
 
         manager = await loaded()
         other = await ready_transaction(manager)
-        interference = Interference(
-            k, lambda manager=manager, other=other: MOVES[move](manager, other)
-        )
+        interference = Interference(k, partial(MOVES[move], manager, other))
         manager._pacer = Pacer(0.0, interference)
         with track_transactions() as ledger, pytest.raises(TransactionConflictError):
             await negotiate(manager)
@@ -294,9 +293,7 @@ async def test_another_commit_while_a_negotiation_planned_makes_its_commit_a_con
 
         manager = await loaded()
         other = await ready_transaction(manager)
-        interference = Interference(
-            k, lambda manager=manager, other=other: _another_commit(manager, other)
-        )
+        interference = Interference(k, partial(_another_commit, manager, other))
         manager._pacer = Pacer(0.0, interference)
         result = await negotiate(manager)
         assert interference.moves == 1, k
@@ -319,7 +316,7 @@ async def test_an_admission_while_a_negotiation_planned_does_not_concern_it(
         assert await twin_result["transaction"].commit() is True
 
         manager = await loaded()
-        interference = Interference(k, lambda manager=manager: manager.add_message(follow_up()))
+        interference = Interference(k, partial(manager.add_message, follow_up()))
         manager._pacer = Pacer(0.0, interference)
         result = await negotiate(manager)
         assert interference.moves == 1, k
@@ -481,7 +478,7 @@ async def test_a_cancelled_request_leaves_no_plan_behind(anyio_backend: str) -> 
     before = snapshot(manager)
     with anyio.CancelScope() as scope:
 
-        async def cancel() -> None:
+        async def cancel() -> None:  # noqa: ASYNC910 - the pacer checkpoints right after it
             scope.cancel()
 
         manager._pacer = Pacer(0.0, Interference(middle, cancel))

@@ -146,7 +146,9 @@ LONG_OPERATIONS = [
 @pytest.mark.deep
 @pytest.mark.anyio
 @pytest.mark.parametrize("op", LONG_OPERATIONS, ids=[op.name for op in LONG_OPERATIONS])
-async def test_sliced_sweep_inside_the_loops(op: Operation, anyio_backend: str) -> None:
+async def test_sliced_sweep_inside_the_loops(  # noqa: ASYNC910 - modes is never empty
+    op: Operation, anyio_backend: str
+) -> None:
     """T1/T2/T4 on a 300-message history: pause points inside the loops too (at least 40,
     twice the small history's), each an await point."""
     modes = [(ERROR, False), (CANCEL, False), (CANCEL, True)]
