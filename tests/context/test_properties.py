@@ -220,7 +220,10 @@ def test_views_meet_invariants_at_every_pressure(caplog: pytest.LogCaptureFixtur
     caplog.set_level(logging.ERROR)
     seen: set[int] = set()
 
-    @settings(max_examples=500, deadline=None, suppress_health_check=SUPPRESS)
+    # Derandomized: the last assertion is about what the generator covers, so it must not
+    # depend on the seed (a random run missed level 1 once in the deep profile). The growth
+    # property below and the deep tier keep exploring with random seeds.
+    @settings(max_examples=500, deadline=None, suppress_health_check=SUPPRESS, derandomize=True)
     @given(scenarios())
     def prop(case: dict[str, Any]) -> None:
         seen.update(anyio.run(run_scenario, case))
