@@ -70,6 +70,7 @@ from typing import Any, TypeVar
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.history import SYSTEM
 from amplifier_module_context_simple.context.ladder import RUNG_COUNT
+from amplifier_module_context_simple.context.slices import run_through
 from benchmarks import histories
 
 T = TypeVar("T")
@@ -178,8 +179,10 @@ async def compaction_lists(
     )
     whole = [e.stored for e in manager._history.entries if e.public is not None]
     systems = [e.public for e in manager._history.entries if e.kind == SYSTEM and e.public]
-    ladder = manager._ladder_for(
-        plan, plan.decisions, target=manager._ordinary_target(plan), extra_protected=frozenset()
+    ladder = run_through(
+        manager._laddering(
+            plan, plan.decisions, target=manager._ordinary_target(plan), extra_protected=frozenset()
+        )
     )
     lists: list[list[dict[str, Any]]] = [whole, whole]  # trigger, old_tokens
     for rung in range(1, RUNG_COUNT + 1):

@@ -68,13 +68,8 @@ MAX_OMITTED_CALLS: Final = 100
 """The most omitted calls the stats keep (the most recent ones)."""
 
 
-def omitted_calls(history: History, decisions: Decisions) -> tuple[str, ...]:
-    """Facts of the calls ``decisions`` remove, or whose results they shorten."""
-    return run_through(omitting_calls(history, decisions))
-
-
 def omitting_calls(history: History, decisions: Decisions) -> Steps[tuple[str, ...]]:
-    """``omitted_calls`` as steps."""
+    """Facts of the calls ``decisions`` remove, or whose results they shorten, as steps."""
     entries = history.entries
     owners = set(decisions.removed)
     owners.update(history.group_of(seq) for seq in decisions.truncated)
@@ -105,20 +100,6 @@ class Compactor:
         self._forms = {}
         self.floor = None
 
-    def ladder(
-        self,
-        history: History,
-        plan: RequestPlan,
-        decisions: Decisions,
-        *,
-        target: int,
-        extra_protected: frozenset[int],
-    ) -> Ladder:
-        """A ``Ladder`` over the working view of ``plan`` under ``decisions``."""
-        return run_through(
-            self.laddering(history, plan, decisions, target=target, extra_protected=extra_protected)
-        )
-
     def laddering(
         self,
         history: History,
@@ -128,7 +109,7 @@ class Compactor:
         target: int,
         extra_protected: frozenset[int],
     ) -> Steps[Ladder]:
-        """``ladder`` as steps."""
+        """A ``Ladder`` over the working view of ``plan`` under ``decisions``, as steps."""
         entries = history.entries
         protected = plan.protected | extra_protected
         overrides = decisions.overrides
@@ -284,12 +265,8 @@ class Compactor:
             self._minimal_notice = estimate_message(notice_message({}, "minimal"))
         return min(self._minimal_notice, budget // 4)
 
-    def reduce_floor(self, ladder: Ladder, limit: int) -> None:
-        """Run ``Ladder.reduce_floor`` and say once what it had to do."""
-        run_through(self.reducing_floor(ladder, limit))
-
     def reducing_floor(self, ladder: Ladder, limit: int) -> Steps[None]:
-        """``reduce_floor`` as steps."""
+        """Run ``Ladder.reducing_floor`` and say once what it had to do, as steps."""
         yield from ladder.reducing_floor(limit)
         if ladder.floor_truncated or ladder.floor_removed:
             logger.warning(

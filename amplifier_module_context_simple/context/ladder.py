@@ -30,7 +30,7 @@ store can reapply it to later views.
 Nothing here awaits or touches the store: ``Ladder`` works on its own copy and reports
 what it decided. Every rung is a generator of steps (``slices.py``) that pauses every
 ``STRIDE`` items, so a paced request can yield to the event loop inside a rung;
-``climb``, ``apply`` and ``reduce_floor`` run them through.
+``climb`` and ``apply`` run them through.
 """
 
 from __future__ import annotations
@@ -114,11 +114,11 @@ class Ladder:
     stubbed: set[int] = field(default_factory=set)
     truncate_protected: Callable[[Item], Form | None] | None = None
     """``(item) -> Form | None``: the marked truncated form of a protected tool result,
-    used only by ``reduce_floor``."""
+    used only by ``reducing_floor``."""
     floor_truncated: set[int] = field(default_factory=set)
-    """Protected tool results ``reduce_floor`` truncated."""
+    """Protected tool results ``reducing_floor`` truncated."""
     floor_removed: int = 0
-    """Messages ``reduce_floor`` removed or stubbed."""
+    """Messages ``reducing_floor`` removed or stubbed."""
 
     @property
     def fits(self) -> bool:
@@ -172,10 +172,6 @@ class Ladder:
             yield from self._drop_old_stubs(fraction * 0.3)
         return self.changes != before
 
-    def reduce_floor(self, limit: int) -> None:
-        """See ``reducing_floor``."""
-        run_through(self.reducing_floor(limit))
-
     def reducing_floor(self, limit: int) -> Steps[None]:
         """Past the eight rungs, when the view is over the whole ``limit``: reduce the floor.
 
@@ -228,7 +224,7 @@ class Ladder:
         self.floor_removed = self.changes - before - len(self.floor_truncated)
 
     def _untouchable(self, item: Item) -> bool:
-        """What ``reduce_floor`` never removes."""
+        """What ``reducing_floor`` never removes."""
         return item.seq in self.protected or item.info.has_loaded_tool_state
 
     def _truncate_largest_results(self) -> Steps[None]:

@@ -12,8 +12,7 @@ Nothing here awaits except ``pace`` (planning work in slices, ``slices.py``) and
 deliveries (``deliver_compaction``, ``close``). The work that grows with the history is
 written as steps (``preparing``, ``stepping``, ``reducing_floor``, ``falling_back``,
 ``finalising``): the negotiator runs them through ``pace``, which yields to the event loop
-between slices; ``step``, ``reduce_floor``, ``fallback`` and ``finalised`` run them without
-pausing. Every candidate is built from the request's snapshot (its ``RequestPlan``), so a
+between slices; ``step`` and ``finalised`` run them without pausing. Every candidate is built from the request's snapshot (its ``RequestPlan``), so a
 paused one stays consistent; whether the store moved meanwhile is the transaction's check
 (``negotiator/transaction.py``).
 """
@@ -148,13 +147,10 @@ class Negotiable:
         merged = yield from self._plan.decisions.merging(ladder)
         return (yield from self._candidate(merged))
 
-    def reduce_floor(self, limit: int) -> Candidate | None:
-        """Reduce the protected floor below ``limit`` (our estimate's units); the notice
-        must fit under it too. The new candidate, or None when nothing is left to reduce."""
-        return run_through(self.reducing_floor(limit))
-
     def reducing_floor(self, limit: int) -> Steps[Candidate | None]:
-        """``reduce_floor`` as steps."""
+        """Reduce the protected floor below ``limit`` (our estimate's units); the notice
+        must fit under it too. The new candidate, or None when nothing is left to reduce;
+        as steps."""
         ladder = yield from self._laddered()
         before = ladder.changes
         self._limit = limit
@@ -164,13 +160,9 @@ class Negotiable:
         merged = yield from self._plan.decisions.merging(ladder)
         return (yield from self._candidate(merged))
 
-    def fallback(self) -> Candidate | None:
-        """No usable first count: the estimate-driven ladder, as an ordinary request would
-        climb it. The candidate, or None when the estimate needs no compaction."""
-        return run_through(self.falling_back())
-
     def falling_back(self) -> Steps[Candidate | None]:
-        """``fallback`` as steps."""
+        """No usable first count: the estimate-driven ladder, as an ordinary request would
+        climb it. The candidate, or None when the estimate needs no compaction; as steps."""
         store, plan = self._store, self._plan
         estimate = self.base.estimate
         used = store._used_tokens(estimate)

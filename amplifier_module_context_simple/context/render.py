@@ -55,13 +55,9 @@ class Rendered:
     """Of a shared view: the body positions whose metadata dict a copy copies too (the
     first ``count`` of the renderer's list, which only ever grows)."""
 
-    def prefix_kept(self, other: Sequence[Mapping[str, Any]]) -> tuple[int, int | None]:
-        """Tokens of the leading messages ``other`` shows unchanged from this view, and the
-        index of the first one it changes (None when ``other`` changes none)."""
-        return run_through(self.prefix_keeping(other))
-
     def prefix_keeping(self, other: Sequence[Mapping[str, Any]]) -> Steps[tuple[int, int | None]]:
-        """``prefix_kept`` as steps."""
+        """Tokens of the leading messages ``other`` shows unchanged from this view, and the
+        index of the first one it changes (None when ``other`` changes none), as steps."""
         kept = 0
         for index, message in enumerate(self.messages):
             if index % _CHUNK == _CHUNK - 1:
@@ -111,35 +107,6 @@ class Renderer:
         self._shown: _Shown | None = None
         self._factory: tuple[str, int] | None = None
 
-    def render(
-        self,
-        history: History,
-        length: int,
-        *,
-        epoch: int,
-        decisions: Decisions,
-        protected: frozenset[int],
-        factory_text: str | None,
-    ) -> Rendered:
-        """The view of the first ``length`` entries of ``history`` under ``decisions``.
-
-        Messages follow ``history.order`` (results with their calls, synthesized results
-        for calls a later assistant turn left unanswered). Messages in ``protected`` are
-        shown as admitted even when a decision reduced or removed them. With a
-        ``factory_text``, stored system messages other than hook-sourced ones are replaced
-        by that one system prompt.
-        """
-        return run_through(
-            self.rendering(
-                history,
-                length,
-                epoch=epoch,
-                decisions=decisions,
-                protected=protected,
-                factory_text=factory_text,
-            )
-        )
-
     def rendering(
         self,
         history: History,
@@ -151,9 +118,18 @@ class Renderer:
         factory_text: str | None,
         copy: bool = True,
     ) -> Steps[Rendered]:
-        """``render`` as steps (see the module docstring). ``copy=False``: a *shared*
-        view (its body is the renderer's own dicts; see ``Rendered.shared``), for a
-        request that only reads it and then renders the view it returns."""
+        """The view of the first ``length`` entries of ``history`` under ``decisions``.
+
+        Messages follow ``history.order`` (results with their calls, synthesized results
+        for calls a later assistant turn left unanswered). Messages in ``protected`` are
+        shown as admitted even when a decision reduced or removed them. With a
+        ``factory_text``, stored system messages other than hook-sourced ones are replaced
+        by that one system prompt.
+
+        As steps (see the module docstring). ``copy=False``: a *shared* view (its body
+        is the renderer's own dicts; see ``Rendered.shared``), for a request that only
+        reads it and then renders the view it returns.
+        """
         overrides = decisions.overrides
         intact = protected.intersection(overrides) if overrides else frozenset()
         key = (epoch, history.order_version, frozenset(intact), factory_text is not None)

@@ -691,14 +691,11 @@ class ContextStore:
             protected.add(seq)
         return frozenset(protected)
 
-    def _render(self, plan: RequestPlan, decisions: Decisions) -> Rendered:
-        """The view for ``plan`` under ``decisions`` (copies; system messages first)."""
-        return run_through(self._rendering(plan, decisions))
-
     def _rendering(
         self, plan: RequestPlan, decisions: Decisions, *, copy: bool = True
     ) -> Steps[Rendered]:
-        """``_render`` as steps (``copy=False``: a shared view, see ``Rendered.shared``)."""
+        """The view for ``plan`` under ``decisions`` (copies; system messages first), as steps
+        (``copy=False``: a shared view, see ``Rendered.shared``)."""
         return self._renderer.rendering(
             plan.history,
             plan.length,
@@ -812,19 +809,6 @@ class ContextStore:
 
     # -- compaction (see ``Compactor``) -----------------------------------------------------
 
-    def _ladder_for(
-        self,
-        plan: RequestPlan,
-        decisions: Decisions,
-        *,
-        target: int,
-        extra_protected: frozenset[int],
-    ) -> Ladder:
-        """A ``Ladder`` over the working view of ``plan`` under ``decisions``."""
-        return run_through(
-            self._laddering(plan, decisions, target=target, extra_protected=extra_protected)
-        )
-
     def _laddering(
         self,
         plan: RequestPlan,
@@ -833,13 +817,13 @@ class ContextStore:
         target: int,
         extra_protected: frozenset[int],
     ) -> Steps[Ladder]:
-        """``_ladder_for`` as steps."""
+        """A ``Ladder`` over the working view of ``plan`` under ``decisions``, as steps."""
         return self._compactor.laddering(
             plan.history, plan, decisions, target=target, extra_protected=extra_protected
         )
 
     def _reducing_floor(self, ladder: Ladder, limit: int) -> Steps[None]:
-        """Reduce the protected floor of ``ladder`` to ``limit`` (see ``Ladder.reduce_floor``),
+        """Reduce the protected floor of ``ladder`` to ``limit`` (see ``Ladder.reducing_floor``),
         leaving room for the minimal notice; as steps."""
         return self._compactor.reducing_floor(
             ladder, limit - self._compactor.notice_allowance(limit)

@@ -77,7 +77,7 @@ def tool_turns(fmt: str, turns: int, *, width: int = 3, together: bool = False) 
 BUDGETS = [40_000, 6_000, 3_000, 1_500, 600, 100]
 FLOOR_BUDGETS = BUDGETS[:-1]
 """Budgets the protected floor fits: below it (100) the manager reduces the floor itself
-(``Ladder.reduce_floor``: protected results truncated, whole groups removed oldest first)."""
+(``Ladder.reducing_floor``: protected results truncated, whole groups removed oldest first)."""
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
