@@ -65,10 +65,11 @@ import tracemalloc
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from operator import eq
 from typing import Any, TypeVar
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.history import SYSTEM
+from amplifier_module_context_simple.context.history import SYSTEM, copy_message
 from amplifier_module_context_simple.context.ladder import RUNG_COUNT
 from amplifier_module_context_simple.context.slices import run_through
 from benchmarks import histories
@@ -107,10 +108,17 @@ METRICS: tuple[str, ...] = (
     "json_dumps",
     "set_messages",
     "extend",
+    "extend_stored",
+    "get_messages",
+    "compare_floor",
     "add_one",
 )
 """Timed figures per size. ``steady_base`` / ``sticky_base``: the old-module model's request;
-``reestimation``: the model's full-list re-estimations of a compaction request."""
+``reestimation``: the model's full-list re-estimations of a compaction request;
+``extend`` / ``extend_stored``: a ``set_messages`` of the current history plus one message,
+given as the caller's own dicts / as the list ``get_messages()`` returned; ``compare_floor``:
+one ``==`` pass of the caller's list against shallow copies of its dicts, the least any
+comparison by content reads (see ``measure``)."""
 
 
 @dataclass(frozen=True)
@@ -280,7 +288,21 @@ async def measure(sizes: Sequence[int], reps: Repeats) -> list[SizeResult]:
             assert len(resumed._history) == n + 1
             elapsed, _ = await _timed(partial(resumed.add_message, _follow_up(2 * round_ + 1)))
             samples["add_one"][n].append(elapsed)
-            del resumed
+            # the re-set pattern of an orchestrator that holds no list of its own
+            elapsed, got = await _timed(resumed.get_messages)
+            samples["get_messages"][n].append(elapsed)
+            got.append(_follow_up(2 * round_ + 2))
+            elapsed, _ = await _timed(partial(resumed.set_messages, got))
+            samples["extend_stored"][n].append(elapsed)
+            assert len(resumed._history) == n + 3
+            del resumed, got
+            # The floor of any comparison by content: the store keeps its own top-level
+            # and metadata dicts (the caller may edit its own in place), so deciding that
+            # the caller's list starts with the history reads each caller dict against
+            # the store's once. One C-level list == against shallow copies is that read.
+            copies = [copy_message(message) for message in messages]
+            samples["compare_floor"][n].append(_timed_sync(partial(eq, messages, copies)))
+            del copies
 
     # steady state, ours and (interleaved, in the first rounds) the baseline on the stored
     # messages (metadata with _seq and timestamp, as the existing module stores them)

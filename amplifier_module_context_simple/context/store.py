@@ -42,6 +42,7 @@ from .estimate import estimate_message
 from .history import (
     History,
     build_history,
+    stored_form,
     validate_message,
 )
 from .ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip, cap_tool_result
@@ -219,7 +220,7 @@ class ContextStore:
     @property
     def messages(self) -> list[dict[str, Any]]:
         """The canonical history (copies), for callers that read the attribute."""
-        return [entry.stored for entry in self._history.entries]
+        return list(map(stored_form, self._history.entries))
 
     @property
     def version(self) -> tuple[int, int]:
@@ -297,6 +298,8 @@ class ContextStore:
         by identity (see ``History.starts``): a message or metadata dict that the caller
         changed in place since it gave it is a different message. Nested values are shared
         with the stored history and read-only by contract; a change inside one is not seen.
+        So an extension reads every earlier message once (dict equality, in C) and admits
+        only the new ones: identity would be cheaper but would miss an edit in place.
 
         Sequence ids are reassigned in order on a replacement; no timestamps are added.
         The whole batch is validated first: a bad message raises ``InvalidMessageError``
