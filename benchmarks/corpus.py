@@ -604,12 +604,33 @@ def _scalar(rng: random.Random) -> Any:
     return f"{rng.getrandbits(32):08x}"
 
 
+def _numbered(rng: random.Random, src: _Sources, target: int) -> str:
+    """A file as agents' file readers return it: every line behind its number, right-aligned
+    in six columns and followed by a tab (``cat -n``) or by an arrow (Claude Code's Read)."""
+    lines = src.file_lines(rng)
+    start = rng.randrange(max(1, len(lines) - 20))
+    mark = rng.choice(["\t", "\u2192"])
+    code = rng.random() < 0.4
+    out: list[str] = []
+    size = 0
+    for number, line in enumerate(lines[start:], start + 1):
+        if code:
+            line = _SNAKE.sub(_camel, line)
+        out.append(f"{number:6d}{mark}{line}")
+        size += len(out[-1])
+        if size >= target:
+            break
+    return "".join(out)
+
+
 def gen_code(rng: random.Random, src: _Sources, target: int) -> str:
     r = rng.random()
-    if r < 0.45:
+    if r < 0.3:
         return _code_slice(rng, src, target)
-    if r < 0.6:
+    if r < 0.45:
         return _js_flavoured(rng, src, target)
+    if r < 0.6:
+        return _numbered(rng, src, target)
     if r < 0.7:
         return _diff(rng, src, target)
     if r < 0.8:
@@ -674,7 +695,31 @@ def _json_record(rng: random.Random, prose: list[str]) -> dict[str, Any]:
     return {k: _json_value(rng, prose, 1) for k in rng.sample(_WORDS, rng.randint(2, 7))}
 
 
+def _arguments_json(rng: random.Random, src: _Sources, target: int) -> str:
+    """A tool call's arguments as the JSON string a model writes: file contents, edits and
+    commands inside string values, so newlines, quotes and tabs appear escapes (``\\n``)."""
+    path = "/".join(rng.sample(_FILE_PARTS, rng.randint(2, 5))) + "/" + rng.choice(_WORDS)
+    path = rng.choice(["/home/user/project/", "/Users/dev/work/", ""]) + path + rng.choice(_EXTS)
+    body = _code_slice(rng, src, target) if rng.random() < 0.7 else gen_prose(rng, src, target)
+    shape = rng.random()
+    if shape < 0.4:
+        args: dict[str, Any] = {"file_path": path, "content": body}
+    elif shape < 0.8:
+        half = len(body) // 2
+        args = {
+            "replace_all": False,
+            "file_path": path,
+            "old_string": body[:half],
+            "new_string": body[half:],
+        }
+    else:
+        args = {"description": rng.choice(src.prose)[:80], "prompt": body}
+    return json.dumps(args, ensure_ascii=False)
+
+
 def gen_json(rng: random.Random, src: _Sources, target: int) -> str:
+    if rng.random() < 0.25:
+        return _arguments_json(rng, src, target)
     prose = src.prose
     indent = rng.choice([None, None, 2, 2, 4])
     separators = (",", ":") if indent is None and rng.random() < 0.3 else None
