@@ -5,9 +5,11 @@ Everything is built from what any machine with this Python has - no downloads:
 - ``prose``: English paragraphs from the interpreter's own help topics
   (``pydoc_data.topics``) and standard-library docstrings, code-looking lines dropped.
 - ``code``: slices of standard-library ``.py`` sources, unified diffs between a slice and
-  a lightly edited copy, and log/traceback-style tool output.
+  a lightly edited copy, log/traceback-style tool output, and file reads with every line
+  behind its number (``cat -n``'s tab or Claude Code's ``     1→``).
 - ``json``: generated tool outputs (file listings, search hits, API records, test reports)
-  serialised compact or indented, as tools return them.
+  serialised compact or indented, as tools return them, and tool-call arguments (file
+  contents and edits inside JSON strings, newlines and quotes escaped).
 - ``cjk``: Chinese and Japanese prose assembled from the natural sentences embedded below,
   with inline code words and full-width punctuation, as agent conversations have them.
 - ``other_scripts``: Russian, Ukrainian, Arabic, Hebrew, Greek, Hindi, Thai, Korean,
@@ -625,12 +627,10 @@ def _numbered(rng: random.Random, src: _Sources, target: int) -> str:
 
 def gen_code(rng: random.Random, src: _Sources, target: int) -> str:
     r = rng.random()
-    if r < 0.3:
-        return _code_slice(rng, src, target)
     if r < 0.45:
-        return _js_flavoured(rng, src, target)
+        return _code_slice(rng, src, target)
     if r < 0.6:
-        return _numbered(rng, src, target)
+        return _js_flavoured(rng, src, target)
     if r < 0.7:
         return _diff(rng, src, target)
     if r < 0.8:
@@ -718,8 +718,6 @@ def _arguments_json(rng: random.Random, src: _Sources, target: int) -> str:
 
 
 def gen_json(rng: random.Random, src: _Sources, target: int) -> str:
-    if rng.random() < 0.25:
-        return _arguments_json(rng, src, target)
     prose = src.prose
     indent = rng.choice([None, None, 2, 2, 4])
     separators = (",", ":") if indent is None and rng.random() < 0.3 else None
@@ -776,6 +774,32 @@ _TEXT_GENERATORS: dict[str, Callable[[random.Random, _Sources, int], str]] = {
     "cjk": gen_cjk,
     "other_scripts": gen_other,
 }
+"""Tool-result and prompt text by class; the benchmark histories are built from these."""
+
+
+def gen_session_code(rng: random.Random, src: _Sources, target: int) -> str:
+    """``gen_code``, or (one sample in six) a line-numbered file read."""
+    if rng.random() < 1 / 6:
+        return _numbered(rng, src, target)
+    return gen_code(rng, src, target)
+
+
+def gen_session_json(rng: random.Random, src: _Sources, target: int) -> str:
+    """``gen_json``, or (one sample in four) a tool call's arguments."""
+    if rng.random() < 0.25:
+        return _arguments_json(rng, src, target)
+    return gen_json(rng, src, target)
+
+
+_CORPUS_GENERATORS: dict[str, Callable[[random.Random, _Sources, int], str]] = {
+    **_TEXT_GENERATORS,
+    "code": gen_session_code,
+    "json": gen_session_json,
+}
+"""The calibration corpus's text classes: ``_TEXT_GENERATORS`` plus what agent sessions
+carry besides tool output - file reads with line numbers, tool-call arguments with
+escaped file contents. Kept apart so that the benchmark histories (``histories.py``)
+stay the workload they were."""
 
 
 def _call_id(rng: random.Random) -> str:
@@ -887,5 +911,5 @@ def build_corpus(seed: int = 20250101, per_class: int = 120) -> list[Sample]:
                 out.append(Sample(cls, message=gen_message(rng, src)))
             else:
                 target = _target_size(rng)
-                out.append(Sample(cls, text=_TEXT_GENERATORS[cls](rng, src, target)))
+                out.append(Sample(cls, text=_CORPUS_GENERATORS[cls](rng, src, target)))
     return out

@@ -446,8 +446,8 @@ def _real_messages() -> list[int]:
 @pytest.mark.parametrize(
     ("source", "count", "total", "digest"),
     [
-        (_sample_transcript, 420, 368_046, "9478f86dc30f7b53"),
-        (_real_messages, None, 428_871, "a30709ccfac00b06"),
+        (_sample_transcript, 420, 362_190, "33820b04a3de6569"),
+        (_real_messages, None, 423_540, "ebf1756ad20f7695"),
     ],
     ids=["sample-transcript", "real-conversations"],
 )
