@@ -107,7 +107,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import json
 import math
 import zlib
@@ -397,13 +396,24 @@ def text_features(text: str) -> list[int]:
 _SHORT_TEXT: Final = 32
 """Texts this short (tool names, flags, small arguments, call ids: a call's id comes back
 with its result) recur all through a session: their estimates are remembered
-(``_estimate_short``)."""
+(``_SHORT_ESTIMATES``)."""
+
+_SHORT_ESTIMATES: Final[dict[str, int]] = {}
+"""Estimates of short texts; emptied when it holds ``_SHORT_ESTIMATES_MAX`` (a dict, not
+``functools.lru_cache``: a miss costs a quarter as much, and most short texts are ids
+seen twice in a row, for which recency bookkeeping buys nothing)."""
+_SHORT_ESTIMATES_MAX: Final = 4096
 
 
 def estimate_text(text: str) -> int:
     """Estimated o200k_base tokens for ``text`` (0 for the empty string, else >= 1)."""
     if len(text) <= _SHORT_TEXT:
-        return _estimate_short(text)
+        tokens = _SHORT_ESTIMATES.get(text)
+        if tokens is None:
+            if len(_SHORT_ESTIMATES) >= _SHORT_ESTIMATES_MAX:
+                _SHORT_ESTIMATES.clear()
+            tokens = _SHORT_ESTIMATES[text] = _estimate(text)
+        return tokens
     return _estimate(text)
 
 
@@ -434,9 +444,6 @@ def _estimate(text: str) -> int:
                 ),
             )
     return max(1, (units + _UNITS - 1) // _UNITS)  # ceil(units / _UNITS), in integers
-
-
-_estimate_short: Final = functools.lru_cache(maxsize=4096)(_estimate)
 
 
 # ---------------------------------------------------------------------------------------
