@@ -5,9 +5,11 @@ Everything is built from what any machine with this Python has - no downloads:
 - ``prose``: English paragraphs from the interpreter's own help topics
   (``pydoc_data.topics``) and standard-library docstrings, code-looking lines dropped.
 - ``code``: slices of standard-library ``.py`` sources, unified diffs between a slice and
-  a lightly edited copy, and log/traceback-style tool output.
+  a lightly edited copy, log/traceback-style tool output, and file reads with every line
+  behind its number (``cat -n``'s tab or Claude Code's ``     1→``).
 - ``json``: generated tool outputs (file listings, search hits, API records, test reports)
-  serialised compact or indented, as tools return them.
+  serialised compact or indented, as tools return them, and tool-call arguments (file
+  contents and edits inside JSON strings, newlines and quotes escaped).
 - ``cjk``: Chinese and Japanese prose assembled from the natural sentences embedded below,
   with inline code words and full-width punctuation, as agent conversations have them.
 - ``other_scripts``: Russian, Ukrainian, Arabic, Hebrew, Greek, Hindi, Thai, Korean,
@@ -604,6 +606,25 @@ def _scalar(rng: random.Random) -> Any:
     return f"{rng.getrandbits(32):08x}"
 
 
+def _numbered(rng: random.Random, src: _Sources, target: int) -> str:
+    """A file as agents' file readers return it: every line behind its number, right-aligned
+    in six columns and followed by a tab (``cat -n``) or by an arrow (Claude Code's Read)."""
+    lines = src.file_lines(rng)
+    start = rng.randrange(max(1, len(lines) - 20))
+    mark = rng.choice(["\t", "\u2192"])
+    code = rng.random() < 0.4
+    out: list[str] = []
+    size = 0
+    for number, line in enumerate(lines[start:], start + 1):
+        if code:
+            line = _SNAKE.sub(_camel, line)
+        out.append(f"{number:6d}{mark}{line}")
+        size += len(out[-1])
+        if size >= target:
+            break
+    return "".join(out)
+
+
 def gen_code(rng: random.Random, src: _Sources, target: int) -> str:
     r = rng.random()
     if r < 0.45:
@@ -674,6 +695,28 @@ def _json_record(rng: random.Random, prose: list[str]) -> dict[str, Any]:
     return {k: _json_value(rng, prose, 1) for k in rng.sample(_WORDS, rng.randint(2, 7))}
 
 
+def _arguments_json(rng: random.Random, src: _Sources, target: int) -> str:
+    """A tool call's arguments as the JSON string a model writes: file contents, edits and
+    commands inside string values, so newlines, quotes and tabs appear escapes (``\\n``)."""
+    path = "/".join(rng.sample(_FILE_PARTS, rng.randint(2, 5))) + "/" + rng.choice(_WORDS)
+    path = rng.choice(["/home/user/project/", "/Users/dev/work/", ""]) + path + rng.choice(_EXTS)
+    body = _code_slice(rng, src, target) if rng.random() < 0.7 else gen_prose(rng, src, target)
+    shape = rng.random()
+    if shape < 0.4:
+        args: dict[str, Any] = {"file_path": path, "content": body}
+    elif shape < 0.8:
+        half = len(body) // 2
+        args = {
+            "replace_all": False,
+            "file_path": path,
+            "old_string": body[:half],
+            "new_string": body[half:],
+        }
+    else:
+        args = {"description": rng.choice(src.prose)[:80], "prompt": body}
+    return json.dumps(args, ensure_ascii=False)
+
+
 def gen_json(rng: random.Random, src: _Sources, target: int) -> str:
     prose = src.prose
     indent = rng.choice([None, None, 2, 2, 4])
@@ -731,6 +774,32 @@ _TEXT_GENERATORS: dict[str, Callable[[random.Random, _Sources, int], str]] = {
     "cjk": gen_cjk,
     "other_scripts": gen_other,
 }
+"""Tool-result and prompt text by class; the benchmark histories are built from these."""
+
+
+def gen_session_code(rng: random.Random, src: _Sources, target: int) -> str:
+    """``gen_code``, or (one sample in six) a line-numbered file read."""
+    if rng.random() < 1 / 6:
+        return _numbered(rng, src, target)
+    return gen_code(rng, src, target)
+
+
+def gen_session_json(rng: random.Random, src: _Sources, target: int) -> str:
+    """``gen_json``, or (one sample in four) a tool call's arguments."""
+    if rng.random() < 0.25:
+        return _arguments_json(rng, src, target)
+    return gen_json(rng, src, target)
+
+
+_CORPUS_GENERATORS: dict[str, Callable[[random.Random, _Sources, int], str]] = {
+    **_TEXT_GENERATORS,
+    "code": gen_session_code,
+    "json": gen_session_json,
+}
+"""The calibration corpus's text classes: ``_TEXT_GENERATORS`` plus what agent sessions
+carry besides tool output - file reads with line numbers, tool-call arguments with
+escaped file contents. Kept apart so that the benchmark histories (``histories.py``)
+stay the workload they were."""
 
 
 def _call_id(rng: random.Random) -> str:
@@ -842,5 +911,5 @@ def build_corpus(seed: int = 20250101, per_class: int = 120) -> list[Sample]:
                 out.append(Sample(cls, message=gen_message(rng, src)))
             else:
                 target = _target_size(rng)
-                out.append(Sample(cls, text=_TEXT_GENERATORS[cls](rng, src, target)))
+                out.append(Sample(cls, text=_CORPUS_GENERATORS[cls](rng, src, target)))
     return out

@@ -456,7 +456,8 @@ class History:
         capped to ``max_tool_result_bytes``; return its entry.
 
         ``estimated``: ``estimate_message(capped)``, when the caller has it; used when the
-        public form shows the same content and tool calls (all an estimate reads).
+        public form shows the same content, tool calls and ``tool_call_id`` (all an estimate
+        reads).
         """
         seq = self.next_seq
         timestamp = None
@@ -516,6 +517,7 @@ class History:
                 or (
                     public.get("content") is content
                     and public.get("tool_calls") is capped.get("tool_calls")
+                    and public.get("tool_call_id") == capped.get("tool_call_id")
                 )
             ):
                 tokens = estimated  # what it would be: the estimate reads nothing else
