@@ -98,9 +98,9 @@ content; ``text``/``input_text``/``output_text``/``thinking`` text of content bl
 (OpenAI ``{"function": {"name", "arguments"}}`` and Amplifier ``{"tool", "arguments"}``
 with dict or JSON-string arguments) at ``TOOL_CALL_OVERHEAD_TOKENS`` each plus name and
 arguments; call ids as the text they are (a call's ``id``, a result's ``tool_call_id`` or
-``tool_use_id``: every id a request carries, as a view shows it). ``metadata`` is never sent to a provider and is not counted. Blocks of unknown
-type are counted as their JSON. Images are never counted by their base64 length: see
-``estimate_image``.
+``tool_use_id``: every id a request carries, as a view shows it). ``metadata`` is never
+sent to a provider and is not counted. Blocks of unknown type are counted as their JSON.
+Images are never counted by their base64 length: see ``estimate_image``.
 """
 
 from __future__ import annotations
