@@ -138,6 +138,14 @@ class Target:
     ok: bool
 
 
+def _ratio_target(name: str, result: SizeResult, metrics: tuple[str, str], limit: float) -> Target:
+    """``metrics[0] / metrics[1]`` of ``result`` at most ``limit`` (judged on CPU medians)."""
+    over, under = metrics
+    cpu = result.cpu[over] / result.cpu[under]
+    wall = result.wall[over] / result.wall[under]
+    return Target(name, f"cpu {_x(cpu)} (wall {_x(wall)})", f"<= {limit:g}x", cpu <= limit)
+
+
 def size_targets(results: Sequence[SizeResult]) -> list[Target]:
     """Timing verdicts on CPU time (see the legend); wall-clock figures shown beside."""
     by_n = {r.n: r for r in results}
@@ -180,24 +188,20 @@ def size_targets(results: Sequence[SizeResult]) -> list[Target]:
                     cpu < SCALING_LIMIT,
                 )
             )
-    resume_cpu = largest.cpu["set_messages"] / largest.cpu["json_dumps"]
-    resume_wall = largest.wall["set_messages"] / largest.wall["json_dumps"]
     targets.append(
-        Target(
+        _ratio_target(
             f"fresh set_messages on {label} / json.dumps of the same history",
-            f"cpu {_x(resume_cpu)} (wall {_x(resume_wall)})",
-            f"<= {RESUME_LIMIT:.0f}x",
-            resume_cpu <= RESUME_LIMIT,
+            largest,
+            ("set_messages", "json_dumps"),
+            RESUME_LIMIT,
         )
     )
-    extend_cpu = largest.cpu["extend"] / largest.cpu["compare_floor"]
-    extend_wall = largest.wall["extend"] / largest.wall["compare_floor"]
     targets.append(
-        Target(
+        _ratio_target(
             f"extending set_messages (+1) on {label} / one == pass over the list",
-            f"cpu {_x(extend_cpu)} (wall {_x(extend_wall)})",
-            f"<= {EXTEND_LIMIT:.1f}x",
-            extend_cpu <= EXTEND_LIMIT,
+            largest,
+            ("extend", "compare_floor"),
+            EXTEND_LIMIT,
         )
     )
     fraction = largest.request_mem / largest.history_mem
