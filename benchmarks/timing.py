@@ -112,13 +112,15 @@ METRICS: tuple[str, ...] = (
     "get_messages",
     "compare_floor",
     "add_one",
+    "view_copy",
 )
 """Timed figures per size. ``steady_base`` / ``sticky_base``: the old-module model's request;
 ``reestimation``: the model's full-list re-estimations of a compaction request;
 ``extend`` / ``extend_stored``: a ``set_messages`` of the current history plus one message,
 given as the caller's own dicts / as the list ``get_messages()`` returned; ``compare_floor``:
 one ``==`` pass of the caller's list against shallow copies of its dicts, the least any
-comparison by content reads (see ``measure``)."""
+comparison by content reads (see ``measure``); ``view_copy``: a shallow copy of every
+message of a steady-state view (no module code: how the machine scales that much work)."""
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,10 @@ async def _instant_count(view: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _shallow_copies(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [dict(message) for message in messages]
+
+
 def _follow_up(i: int) -> dict[str, Any]:
     return {
         "role": "user" if i % 2 == 0 else "assistant",
@@ -316,6 +322,8 @@ async def measure(sizes: Sequence[int], reps: Repeats) -> list[SizeResult]:
             elapsed, view = await _timed(partial(manager.get_messages_for_request, big[n]))
             samples["steady"][n].append(elapsed)
             assert manager.last_compaction_stats is None and len(view) == n
+            # the machine's own scaling for work of this shape: a new dict per message
+            samples["view_copy"][n].append(_timed_sync(partial(_shallow_copies, view)))
             del view
             if i < reps.baseline:
                 samples["steady_base"][n].append(_timed_sync(partial(baseline_request, stored[n])))
