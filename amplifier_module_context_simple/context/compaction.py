@@ -34,7 +34,7 @@ from .ladder import Form, FormName, Item, Ladder, LadderParams
 from .notice import notice_message
 from .plan import RequestPlan
 from .render import Rendered
-from .slices import HEAVY_STRIDE, STRIDE, Steps, run_through
+from .slices import HEAVY_STRIDE, STRIDE, Steps
 from .stats import CompactionStats
 
 __all__ = (
@@ -197,12 +197,6 @@ class Compactor:
             return plan.effective
         return int(plan.effective * self._config().target_usage)
 
-    def compact(
-        self, history: History, plan: RequestPlan, before: Rendered
-    ) -> tuple[Decisions | None, FloorMark | None]:
-        """See ``compacting``."""
-        return run_through(self.compacting(history, plan, before, self.floor))
-
     def compacting(
         self, history: History, plan: RequestPlan, before: Rendered, floor: FloorMark | None
     ) -> Steps[tuple[Decisions | None, FloorMark | None]]:
@@ -297,18 +291,6 @@ class Compactor:
         regrowth = max(1, int(plan.effective * FLOOR_REGROWTH))
         return before.tokens < floor.tokens + regrowth and before.tokens <= plan.effective
 
-    def stats(
-        self,
-        history: History,
-        plan: RequestPlan,
-        before: Rendered,
-        ladder: Ladder,
-        staged: Decisions,
-        target: int,
-    ) -> CompactionStats:
-        """The stats of ``staged`` (counts are cumulative over the decisions)."""
-        return run_through(self.stating(history, plan, before, ladder, staged, target))
-
     def stating(
         self,
         history: History,
@@ -318,7 +300,7 @@ class Compactor:
         staged: Decisions,
         target: int,
     ) -> Steps[CompactionStats]:
-        """``stats`` as steps."""
+        """The stats of ``staged`` (counts are cumulative over the decisions), as steps."""
         omitted = yield from omitting_calls(history, staged)
         yield
         system_count = before.system_count
