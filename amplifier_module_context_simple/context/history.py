@@ -200,19 +200,14 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
             if value is not None and not isinstance(value, str):
                 raise InvalidMessageError(f"tool call {key!r} must be a string", index=index)
     if isinstance(content, list):
-        for position, block in enumerate(content):
-            _validate_block(block, position, index)
-        if role == "system" and any(
-            block_type(block) in ("tool_result", "tool_use", "tool_call") for block in content
-        ):
+        kinds = {_validate_block(block, position, index) for position, block in enumerate(content)}
+        if role == "system" and not kinds.isdisjoint(("tool_result", "tool_use", "tool_call")):
             # system messages are hoisted to the front of every view: a tool block there
             # would stand before the call it answers (or answer nothing)
             raise InvalidMessageError(
                 "a system message cannot carry tool_use/tool_result blocks", index=index
             )
-        if role not in _RESULT_ROLES and any(
-            block_type(block) == "tool_result" for block in content
-        ):
+        if role not in _RESULT_ROLES and "tool_result" in kinds:
             # a result answers a call from the caller's side of the turn: Anthropic accepts
             # tool_result blocks in user turns only, OpenAI results are role "tool"; in any
             # other role no view could show it as the answer to its call
@@ -220,9 +215,7 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
                 f"a {role!r} message cannot carry tool_result blocks (only 'user' or 'tool')",
                 index=index,
             )
-        if role not in _CALL_ROLES and any(
-            block_type(block) in ("tool_use", "tool_call") for block in content
-        ):
+        if role not in _CALL_ROLES and not kinds.isdisjoint(("tool_use", "tool_call")):
             # only the model calls tools: a call in any other turn is one no provider accepts
             raise InvalidMessageError(
                 f"a {role!r} message cannot carry tool_use/tool_call blocks (only 'assistant')",
@@ -231,8 +224,9 @@ def validate_message(message: object, index: int | None = None) -> Mapping[str, 
     return message
 
 
-def _validate_block(block: object, position: int, index: int | None) -> None:
-    """A block's ``type`` and tool ids, when present, are strings (unknown blocks pass)."""
+def _validate_block(block: object, position: int, index: int | None) -> str | None:
+    """A block's ``type`` and tool ids, when present, are strings (unknown blocks pass);
+    returns the type."""
     read = block.get if type(block) is dict else partial(block_field, block)
     kind = read("type")
     if kind is not None and not isinstance(kind, str):
@@ -245,6 +239,7 @@ def _validate_block(block: object, position: int, index: int | None) -> None:
             raise InvalidMessageError(
                 f"content block {position}: {key!r} must be a string, got {value!r}", index=index
             )
+    return kind
 
 
 def public_form(admitted: Mapping[str, Any], drop_results: frozenset[str]) -> dict[str, Any]:
