@@ -114,6 +114,7 @@ class Compactor:
         protected = plan.protected | extra_protected
         overrides = decisions.overrides
         items: list[Item] = []
+        calls: dict[int, Item] = {}  # call messages' items by seq (see the markers below)
         system_tokens = 0
         if plan.factory_text is not None:
             system_tokens += estimate_message({"role": "system", "content": plan.factory_text})
@@ -125,12 +126,14 @@ class Compactor:
             if history.position_seq(position_item) >= plan.length:
                 continue
             if position_item < 0:
-                # Synthesized results travel with their call: they count in its item, and
-                # the renderer shows them exactly when it shows the call.
+                # Synthesized results travel with their call: they count in its item (which
+                # comes before them, its recorded results possibly in between), and the
+                # renderer shows them exactly when it shows the call.
                 synthesized = history.synthesized[marker_owner(position_item)]
-                if items and items[-1].seq == synthesized.owner:
-                    items[-1].tokens += synthesized.tokens
-                    items[-1].synthesized = len(synthesized.call_ids)
+                owner = calls.get(synthesized.owner)
+                if owner is not None:
+                    owner.tokens += synthesized.tokens
+                    owner.synthesized = len(synthesized.call_ids)
                 continue
             entry = entries[position_item]
             if entry.info.is_system:
@@ -149,7 +152,10 @@ class Compactor:
                 form = "truncated" if seq in decisions.truncated else "stubbed"
             assert message is not None
             group = history.group_of(seq)
-            items.append(Item(seq, entry.info, message, tokens, group, form, reduced=override))
+            item = Item(seq, entry.info, message, tokens, group, form, reduced=override)
+            items.append(item)
+            if entry.info.call_ids:
+                calls[seq] = item
         # A group is complete only if its results are inside the request's snapshot: a
         # result admitted after it (a negotiation awaits between plan and ladder) is not in
         # this view, so its call must not be removed as if it were answered here. A call

@@ -13,9 +13,15 @@ that arrive before the next assistant message (its *run*).
   from their call (both APIs reject that).
 - A result that answers nothing in the open run (its call never made, made in an earlier
   run, or already answered) is an orphan and never reaches a view.
-- When the next assistant message closes a run whose calls are not all answered, the view
-  answers them with synthesized results (``synthesize.py``) placed right after the call.
-  A run still open at the end of the history is a pending tail and is left as it is.
+- When the next assistant message (or a person's turn) closes a run whose calls are not
+  all answered, the view answers them with synthesized results (``synthesize.py``). The
+  results the run did record stay where and as they are; the synthesized ones follow the
+  run's pure result carriers, in call order, and come before a message mixing results
+  with other content: both providers reject results after such content (Anthropic merges
+  consecutive user turns into one that must begin with all of its results; an OpenAI
+  adapter sends a mixed message as its tool messages then a user message, after which a
+  tool message answers nothing). A run still open at the end of the history is a pending
+  tail and is left as it is.
 
 ``order`` is that display order (sequence ids, and ``synthesized_marker(owner)`` for the
 synthesized results of a call message); ``order_version`` changes whenever something is
@@ -337,11 +343,11 @@ class _Run:
     """The open run: a call message and the results that may still answer it."""
 
     owner: int
-    owner_index: int
     pending: dict[str, None]
-    """Ids not answered yet, in call order."""
+    """Ids not answered yet (as stored), in call order."""
     pure_end: int
-    """Where the next pure result carrier goes in ``History.order``."""
+    """Where the next pure result carrier goes in ``History.order`` (and, when the run is
+    closed with ids pending, its synthesized results)."""
     mixed_end: int
     """Where the next message mixing results and other content goes."""
     renames: dict[str, str]
@@ -608,7 +614,7 @@ class History:
             self.order.append(seq)
             if info.call_ids:
                 end = len(self.order)
-                self._run = _Run(seq, end - 1, dict.fromkeys(info.call_ids), end, end, renames)
+                self._run = _Run(seq, dict.fromkeys(info.call_ids), end, end, renames)
                 self.unanswered[seq] = set(info.call_ids)
                 self._declared.update(info.call_ids)
                 self._declared.update(renames.values())
@@ -651,7 +657,9 @@ class History:
         run.held.clear()
 
     def _close_run(self, closing: int) -> None:
-        """A new assistant turn: the open run's unanswered calls get synthesized results."""
+        """A new assistant turn or a person's turn: the open run's unanswered calls get
+        synthesized results, placed after its pure result carriers and before a message
+        mixing results with other content (see the module docstring)."""
         run, self._run = self._run, None
         if run is None:
             return
@@ -660,8 +668,10 @@ class History:
             return
         owner = self.entries[run.owner]
         assert owner.public is not None
-        ids = tuple(run.renames.get(call_id, call_id) for call_id in run.pending)
-        messages = tuple(synthesized_results(owner.public, ids))
+        renames = run.renames
+        ids = tuple(renames.get(call_id, call_id) for call_id in run.pending)
+        stored = {renames[call_id]: call_id for call_id in run.pending if call_id in renames}
+        messages = tuple(synthesized_results(owner.public, ids, stored))
         message_tokens = tuple(estimate_message(m) for m in messages)
         tokens = sum(message_tokens)
         self.synthesized[run.owner] = Synthesized(
@@ -673,14 +683,16 @@ class History:
             tokens=tokens,
         )
         self._body_added += tokens
-        self._insert(run.owner_index + 1, synthesized_marker(run.owner))
+        self._insert(run.pure_end, synthesized_marker(run.owner))
         self._release(run, closing)
-        for call_id in ids:
+        for call_id in run.pending:
+            shown = f" (shown as {renames[call_id]})" if call_id in renames else ""
             logger.warning(
-                "context-simple: tool call %s (message %d) has no recorded result and the "
+                "context-simple: tool call %s%s (message %d) has no recorded result and the "
                 "conversation went on after it; views answer it with a synthesized error "
                 "result (the stored history is unchanged)",
                 call_id,
+                shown,
                 run.owner,
             )
 

@@ -3,18 +3,30 @@
 A call whose results never arrived (a crashed or interrupted tool, a timeout, a result
 that was never recorded) and that a later assistant turn follows cannot be sent as it is:
 both the OpenAI Chat Completions and the Anthropic Messages APIs reject an assistant tool
-call that is not followed by results for each of its ids. The view answers it instead,
-right after the call's message, in the call's own format:
+call that is not followed by results for each of its ids. The view answers it instead, in
+the call's own format:
 
 - a call in ``tool_calls`` (OpenAI or Amplifier's stored form) or an amplifier-core
   ``tool_call`` block gets a ``{"role": "tool", "tool_call_id": id}`` message;
 - an Anthropic ``tool_use`` block gets a ``tool_result`` block with ``is_error: true``;
   all of one message's missing ``tool_use`` ids share one user message.
 
+Where they go (``History`` places them): after the results its turn did record, which
+stay where and as they are stored, and before any message that mixes results with other
+content (an Anthropic user turn of ``tool_result`` blocks followed by the person's text).
+Both providers allow exactly that place: the Anthropic Messages API merges consecutive
+user turns into one, which must begin with all of its ``tool_result`` blocks, so results
+placed after the person's text would be rejected; an OpenAI adapter turns the mixed
+message into its tool messages followed by a user message, so a tool message after it
+would answer no call. An Anthropic turn's synthesized results may thus be a user message
+of their own after the user message carrying its recorded results (the API merges them).
+
 Each synthesized message says plainly that no result was recorded and carries
-``metadata["compaction"] = {"form": "synthesized", "tool_call_ids": [...]}``. It is
-built once, when the history learns that the call was left unanswered, and is never
-stored: ``get_messages()`` is unchanged.
+``metadata["compaction"] = {"form": "synthesized", "tool_call_ids": [...]}`` (the ids as
+views show them). A result for a call whose reused id views show under a fresh name
+(``ids.py``) carries ``metadata["renamed_tool_call_ids"]`` too (shown id -> stored id),
+like every renamed message. It is built once, when the history learns that the call was
+left unanswered, and is never stored: ``get_messages()`` is unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from .classify import block_field, block_id, block_type
+from .ids import RENAMED_KEY
 
 __all__ = (
     "SYNTHESIZED_FORM",
@@ -43,8 +56,12 @@ def _text(name: str | None) -> str:
     )
 
 
-def _note(ids: Sequence[str]) -> dict[str, Any]:
-    return {"compaction": {"form": SYNTHESIZED_FORM, "tool_call_ids": list(ids)}}
+def _note(ids: Sequence[str], stored: Mapping[str, str]) -> dict[str, Any]:
+    note: dict[str, Any] = {"compaction": {"form": SYNTHESIZED_FORM, "tool_call_ids": list(ids)}}
+    renamed = {call_id: stored[call_id] for call_id in ids if call_id in stored}
+    if renamed:
+        note[RENAMED_KEY] = renamed
+    return note
 
 
 def _call_name(call: object) -> str | None:
@@ -59,13 +76,17 @@ def _call_name(call: object) -> str | None:
 
 
 def synthesized_results(
-    call_message: Mapping[str, Any], missing: Sequence[str]
+    call_message: Mapping[str, Any],
+    missing: Sequence[str],
+    stored: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The messages that answer ``missing`` call ids of ``call_message``, in call order.
 
-    ``missing`` must be ids the message declares; ids are answered in the format in which
-    the message declares them (see the module docstring).
+    ``missing`` must be ids the message declares (as the view shows it); ids are answered
+    in the format in which the message declares them (see the module docstring).
+    ``stored``: shown id -> stored id, for the ids views show renamed.
     """
+    stored = stored or {}
     wanted = set(missing)
     as_tool: list[tuple[str, str | None]] = []
     as_blocks: list[tuple[str, str | None]] = []
@@ -88,7 +109,7 @@ def synthesized_results(
             "role": "tool",
             "tool_call_id": call_id,
             "content": _text(name),
-            "metadata": _note([call_id]),
+            "metadata": _note([call_id], stored),
         }
         for call_id, name in as_tool
     ]
@@ -105,7 +126,7 @@ def synthesized_results(
                     }
                     for call_id, name in as_blocks
                 ],
-                "metadata": _note([call_id for call_id, _ in as_blocks]),
+                "metadata": _note([call_id for call_id, _ in as_blocks], stored),
             }
         )
     return messages

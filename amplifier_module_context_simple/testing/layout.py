@@ -44,6 +44,8 @@ class Slot:
     """For a synthesized result: the call ids it answers."""
     anthropic: bool = False
     """For a synthesized result: a user message of ``tool_result`` blocks."""
+    renamed: tuple[tuple[str, str], ...] = ()
+    """For a synthesized result: (shown id, stored id) of each of its ids views rename."""
 
 
 _RENAMED: Final = "renamed_tool_call_ids"
@@ -71,16 +73,20 @@ class _Run:
     def slots(self, closed: bool) -> list[Slot]:
         """The run in display order; ``closed``: a later turn closed it (else the history
         ends with it). Held notes are left out of a run that ends the history pending."""
-        out = [Slot(self.owner)]
+        out = [Slot(self.owner), *map(Slot, self.pure)]
         if closed and self.pending:
-            tool = [self.shown(c) for c in self.pending if not self.formats[c]]
-            blocks = tuple(self.shown(c) for c in self.pending if self.formats[c])
-            out += [Slot(self.owner, (call_id,)) for call_id in tool]
+            tool = [c for c in self.pending if not self.formats[c]]
+            blocks = [c for c in self.pending if self.formats[c]]
+            out += [Slot(self.owner, (self.shown(c),), renamed=self._renamed([c])) for c in tool]
             if blocks:
-                out.append(Slot(self.owner, blocks, anthropic=True))
+                shown = tuple(map(self.shown, blocks))
+                out.append(Slot(self.owner, shown, anthropic=True, renamed=self._renamed(blocks)))
         held = self.held if closed or not self.pending else []
-        out += [Slot(index) for index in (*self.pure, *self.mixed, *held, *self.others)]
+        out += [Slot(index) for index in (*self.mixed, *held, *self.others)]
         return out
+
+    def _renamed(self, call_ids: list[str]) -> tuple[tuple[str, str], ...]:
+        return tuple((self.renames[c], c) for c in call_ids if c in self.renames)
 
 
 @dataclass
@@ -194,8 +200,8 @@ def _layout(history: Sequence[object]) -> _Layout:
     Runs: an assistant message with calls opens a run; the next assistant message closes
     it, and so does a person's own turn (a user message that is not machine-written - no
     ``source: hook``, not ephemeral - nor a pure result carrier), after its own results are
-    linked. Within a run the call message comes first, then (once the run is closed with
-    calls unanswered) their synthesized results, then the pure result carriers, then
+    linked. Within a run the call message comes first, then the pure result carriers, then
+    (once the run is closed with calls unanswered) their synthesized results, then
     messages mixing results with other content, then everything else, each group in
     admission order. A message answering none of the run's ids that is not a person's turn
     (a note: hook, ephemeral, developer, ...) admitted while an id is pending is *held*: it

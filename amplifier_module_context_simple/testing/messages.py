@@ -344,9 +344,17 @@ def _says_no_result(text: object) -> bool:
     return isinstance(text, str) and "no result" in text.lower()
 
 
-def _is_synthesized(shown: Mapping[str, Any], ids: tuple[str, ...], anthropic: bool) -> bool:
-    """``shown`` is exactly the synthesized result the view owes for ``ids``."""
-    note = {"compaction": {"form": "synthesized", "tool_call_ids": list(ids)}}
+def _is_synthesized(
+    shown: Mapping[str, Any],
+    ids: tuple[str, ...],
+    anthropic: bool,
+    renamed: tuple[tuple[str, str], ...] = (),
+) -> bool:
+    """``shown`` is exactly the synthesized result the view owes for ``ids`` (as shown;
+    ``renamed``: (shown id, stored id) of those views rename)."""
+    note: dict[str, Any] = {"compaction": {"form": "synthesized", "tool_call_ids": list(ids)}}
+    if renamed:
+        note["renamed_tool_call_ids"] = dict(renamed)
     if shown.get("metadata") != note:
         return False
     content = shown.get("content")

@@ -230,7 +230,7 @@ def _embed(
 
     def match(message: Mapping[str, Any], slot: Slot) -> str | None:
         if slot.synthesized:
-            if _is_synthesized(message, slot.synthesized, slot.anthropic):
+            if _is_synthesized(message, slot.synthesized, slot.anthropic, slot.renamed):
                 return "same"
             return None
         public = layout.rows[slot.index].public
@@ -395,8 +395,9 @@ def check_view_invariants(
       whose metadata gets ``renamed_tool_call_ids`` (shown id -> stored id);
     - **display order** (``display_order``): system messages first; then, within a run,
       the call message, then the *pure* result carriers (a ``tool`` message, a message of
-      nothing but ``tool_result`` blocks) in admission order, then messages mixing results
-      with other content, then every other message of the run, in admission order;
+      nothing but ``tool_result`` blocks) in admission order, then the run's synthesized
+      results, then messages mixing results with other content, then every other message
+      of the run, in admission order;
     - **held notes**: a message admitted while the open run has ids still unanswered that
       answers none of them and is neither a person's turn, an assistant message nor a
       system message (a machine-written note: ``source: hook``, an ephemeral or persisted
@@ -406,12 +407,14 @@ def check_view_invariants(
       ending with the run pending never shows it (``ViewReport.held``). A note admitted
       when no id is pending is placed as usual;
     - **synthesized results**: when a run closes with ids unanswered, the view answers
-      them right after the call message, in the call's format: one ``{"role": "tool",
-      "tool_call_id", "content"}`` per id declared in ``tool_calls`` or as a ``tool_call``
-      block, then one user message of ``tool_result`` blocks (``is_error: True``) for the
-      ``tool_use`` ids, each with a text saying no result was recorded and ``metadata ==
-      {"compaction": {"form": "synthesized", "tool_call_ids": [...]}}``. They are shown
-      exactly when their call message is;
+      them after the run's pure result carriers and before its messages mixing results
+      with other content, in the call's format: one ``{"role": "tool", "tool_call_id",
+      "content"}`` per id declared in ``tool_calls`` or as a ``tool_call`` block, then one
+      user message of ``tool_result`` blocks (``is_error: True``) for the ``tool_use``
+      ids, each with a text saying no result was recorded and ``metadata ==
+      {"compaction": {"form": "synthesized", "tool_call_ids": [...]}}`` (ids as shown),
+      plus ``"renamed_tool_call_ids"`` (shown id -> stored id) when it answers a renamed
+      id. They are shown exactly when their call message is;
     - **pending tail**: a run still open at the end of the history shows no results for
       the ids it has not received.
 

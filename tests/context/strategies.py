@@ -484,6 +484,50 @@ def results(fmt: str, contents: dict[str, str], *, together: bool = False) -> li
     return [{"role": "tool", "tool_call_id": i, "content": c} for i, c in contents.items()]
 
 
+def synthesized_for(
+    fmt: str, ids: list[str], stored: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The shape of the synthesized results a view shows for ``ids`` (as shown; text
+    aside) of a call in ``fmt``; ``stored``: shown id -> stored id of the renamed ones."""
+    stored = stored or {}
+    if fmt == "anthropic":
+        blocks = [
+            {"type": "tool_result", "tool_use_id": i, "is_error": True, "content": ANY_TEXT}
+            for i in ids
+        ]
+        return [{"role": "user", "content": blocks, "metadata": synthesized_note(ids, stored)}]
+    return [
+        {
+            "role": "tool",
+            "tool_call_id": i,
+            "content": ANY_TEXT,
+            "metadata": synthesized_note([i], stored),
+        }
+        for i in ids
+    ]
+
+
+def synthesized_note(ids: list[str], stored: dict[str, str]) -> dict[str, Any]:
+    note: dict[str, Any] = {"compaction": {"form": "synthesized", "tool_call_ids": ids}}
+    renamed = {i: stored[i] for i in ids if i in stored}
+    if renamed:
+        note["renamed_tool_call_ids"] = renamed
+    return note
+
+
+class _AnyText(str):
+    """Equal to any string that says no result was recorded."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and "No result was recorded" in other
+
+    def __hash__(self) -> int:
+        return 0
+
+
+ANY_TEXT = _AnyText("<no result recorded>")
+
+
 def result_ids_of(message: dict[str, Any]) -> list[str]:
     """Result ids a message carries (tool message or tool_result blocks)."""
     if message.get("role") == "tool":

@@ -3,7 +3,7 @@
 A call's results are those admitted before the next assistant message (its run). A view
 never contains a result without its call, nor (except an unanswered tail) a call without
 all of its results: a call a later assistant turn left unanswered is answered by
-synthesized results right after it; a view shows results right after their call, the
+synthesized results after its recorded results; a view shows results right after their call, the
 other messages of the run after them; a group leaves a view as one unit; orphan results
 (never called, called in an earlier run, admitted before their call) never appear.
 """
@@ -23,7 +23,7 @@ from amplifier_module_context_simple.testing import (
     check_view_invariants,
     result_ids,
 )
-from tests.context.strategies import FORMATS, calls, results
+from tests.context.strategies import FORMATS, calls, results, synthesized_for
 
 BIG = "output line with some detail\n" * 100  # ~3,000 characters
 pytestmark = pytest.mark.anyio
@@ -173,43 +173,12 @@ async def test_orphan_results_never_in_a_view(anyio_backend: str, fmt: str) -> N
     ]
 
 
-def synthesized_for(fmt: str, ids: list[str]) -> list[dict[str, Any]]:
-    """The shape of the synthesized results a view shows for ``ids`` (text aside)."""
-    if fmt == "anthropic":
-        blocks = [
-            {"type": "tool_result", "tool_use_id": i, "is_error": True, "content": ANY_TEXT}
-            for i in ids
-        ]
-        return [{"role": "user", "content": blocks, "metadata": synthesized_note(ids)}]
-    return [
-        {"role": "tool", "tool_call_id": i, "content": ANY_TEXT, "metadata": synthesized_note([i])}
-        for i in ids
-    ]
-
-
-def synthesized_note(ids: list[str]) -> dict[str, Any]:
-    return {"compaction": {"form": "synthesized", "tool_call_ids": ids}}
-
-
-class _AnyText(str):
-    """Equal to any string that says no result was recorded."""
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, str) and "No result was recorded" in other
-
-    def __hash__(self) -> int:
-        return 0
-
-
-ANY_TEXT = _AnyText("<no result recorded>")
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_partly_answered_call_gets_a_synthesized_result(anyio_backend: str, fmt: str) -> None:
     """REFERENCE 49, new semantics: an assistant that declared A and B with only A
     answered, followed by later assistant turns, is shown with a synthesized error result
-    for B right after the call (before A's real result), and the group (call, synthesized
-    B, A) is then complete: pressure removes it as one unit, never a part of it."""
+    for B after A's recorded result, and the group (call, A, synthesized B) is then
+    complete: pressure removes it as one unit, never a part of it."""
     messages: list[dict[str, Any]] = [
         human("first request"),
         calls(fmt, ["A", "B"], text=f"two calls {BIG}"),
@@ -219,7 +188,7 @@ async def test_partly_answered_call_gets_a_synthesized_result(anyio_backend: str
         messages += [human(f"follow-up {turn} {BIG}"), {"role": "assistant", "content": BIG}]
     messages.append(human("latest request"))
     views = await views_at(messages, BUDGETS, protected_tool_results=0)
-    assert views[0][:4] == [messages[0], messages[1], *synthesized_for(fmt, ["B"]), messages[2]]
+    assert views[0][:4] == [messages[0], messages[1], messages[2], *synthesized_for(fmt, ["B"])]
     assert views[0][4:] == messages[3:]
     for view in views[1:]:
         assert shown_ids(view) == (set(), set())
@@ -263,14 +232,14 @@ async def test_a_result_after_a_later_assistant_turn_is_an_orphan(
 ) -> None:
     """New semantics: a result admitted after a later assistant message answers nothing
     (its call's run is closed): it never reaches a view, and the call's missing id is
-    answered by a synthesized result right after the call, before its real results."""
+    answered by a synthesized result after the results its run did record."""
     messages: list[dict[str, Any]] = [human("first request"), calls(fmt, ["old", "young"])]
     messages += results(fmt, {"old": "old result"})
     messages += [human("turn"), {"role": "assistant", "content": "an answer"}]
     late = results(fmt, {"young": "young, too late"})
     messages += [*late, human("latest request")]
     (view,) = await views_at(messages, [40_000])
-    assert view == [*messages[:2], *synthesized_for(fmt, ["young"]), *messages[2:-2], messages[-1]]
+    assert view == [*messages[:3], *synthesized_for(fmt, ["young"]), *messages[3:-2], messages[-1]]
 
 
 async def test_ids_reused_across_turns(anyio_backend: str) -> None:
@@ -351,7 +320,7 @@ async def test_result_of_a_reference_only_call_is_an_orphan(anyio_backend: str, 
 def test_history_links_groups_and_tracks_unanswered_calls() -> None:
     """``History`` links a result to the open run's call of its id (any format); the next
     assistant message closes a run, so a result admitted after it is an orphan and the
-    call's unanswered id gets synthesized results placed right after the call; a run open
+    call's unanswered id gets synthesized results placed after the run's results; a run open
     at the end is a pending tail (new semantics: runs, not "the latest declaration")."""
     history = History()
     admitted = [
@@ -373,7 +342,7 @@ def test_history_links_groups_and_tracks_unanswered_calls() -> None:
     assert history.unanswered == {1: {"o1"}, 3: set()}
     assert list(history.synthesized) == [1]
     assert history.synthesized[1].call_ids == ("o1",) and history.synthesized[1].closed_at == 3
-    assert history.order == [0, 1, synthesized_marker(1), 2, 3, 4]
+    assert history.order == [0, 1, 2, synthesized_marker(1), 3, 4]
     history.admit(calls("amplifier", ["m1", "m2"]), max_tool_result_bytes=131_072, stamp_time=False)
     assert history.unanswered[7] == {"m1", "m2"} and 7 not in history.synthesized
 

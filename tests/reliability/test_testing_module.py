@@ -269,24 +269,24 @@ def half_answered(fmt: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_synthesized_results_are_owed_right_after_their_call(fmt: str) -> None:
+def test_synthesized_results_are_owed_after_the_recorded_ones(fmt: str) -> None:
     """A call left unanswered when a later assistant turn closes its run must be answered
-    by exactly the synthesized results of its format, right after the call (before its
-    real results), and they travel with the call."""
+    by exactly the synthesized results of its format, after the results its run recorded
+    (never before them), and they travel with the call."""
     history = half_answered(fmt)
     (missing,) = set(call_ids_of(history[1])) - set(result_ids_of(history[2]))
     owed = synthesized(fmt, missing)
-    view = [*view_of(history)[:2], *owed, *view_of(history)[2:]]
+    view = [*view_of(history)[:3], *owed, *view_of(history)[3:]]
     report = check_view_invariants(history, view)
     assert report.synthesized == {missing} and report.mapping == (0, 1, 2, 3, 4)
     assert code_of(history, view_of(history)) == (1, "call-without-results")
-    late = [*view_of(history)[:3], *owed, *view_of(history)[3:]]
-    assert code_of(history, late) == (3, "out-of-order")
+    early = [*view_of(history)[:2], *owed, *view_of(history)[2:]]
+    assert code_of(history, early) == (3, "out-of-order")
     wrong = copy.deepcopy(view)
     if fmt == "anthropic":
-        wrong[2]["content"][0]["is_error"] = False
+        wrong[3]["content"][0]["is_error"] = False
     else:
-        wrong[2]["metadata"]["compaction"]["form"] = "truncated"
+        wrong[3]["metadata"]["compaction"]["form"] = "truncated"
     assert code_of(history, wrong) == (4, "invented")
     alone = [view[0], *owed, *view_of(history)[3:]]
     assert code_of(history, alone) == (1, "result-without-call")
@@ -326,7 +326,7 @@ def test_a_result_after_the_run_closed_is_an_orphan(fmt: str) -> None:
         {"role": "user", "content": "latest"},
     ]
     (missing,) = set(call_ids_of(call)) - set(result_ids_of(first))
-    good = [*view_of(history)[:2], *synthesized(fmt, missing), *view_of(history, 4)[2:]]
+    good = [*view_of(history)[:3], *synthesized(fmt, missing), *view_of(history, 4)[3:]]
     check_view_invariants(history, good)
     assert code_of(history, view_of(history)) == (1, "call-without-results")
     shown_late = [*good[:-1], copy.deepcopy(second), good[-1]]
@@ -422,10 +422,10 @@ def test_notes_are_held_while_calls_are_running() -> None:
     no_envelope = in_order(answered, 0, 1, 2, 5, 3, 6)  # released: must be shown now
     assert code_of(answered, no_envelope, retained=[REMINDER]) == (2, "protected")
     closed = [go, call, first, hook, {"role": "assistant", "content": "moving on"}]
-    view = [*in_order(closed, 0, 1), *synthesized("openai", "c1"), *in_order(closed, 2, 3, 4)]
+    view = [*in_order(closed, 0, 1, 2), *synthesized("openai", "c1"), *in_order(closed, 3, 4)]
     report = check_view_invariants(closed, view)
     assert report.synthesized == {"c1"} and report.mapping == (0, 1, 2, 3, 4)
-    early = [*view[:2], copy.deepcopy(hook), *view[2:3], view[4]]
+    early = [*view[:3], copy.deepcopy(hook), view[3], view[5]]
     assert code_of(closed, early) == (3, "out-of-order")
 
 
@@ -757,8 +757,8 @@ def test_the_display_order_puts_results_and_synthesized_ones_after_their_call() 
     assert display_order(history) == [
         Slot(0),
         Slot(1),
-        Slot(1, ("c1",)),  # c2 answered, c1 owed a synthesized result once the person spoke
         Slot(3),
+        Slot(1, ("c1",)),  # c2 answered, c1 owed a synthesized result once the person spoke
         Slot(2),
         Slot(4),
     ]
