@@ -541,7 +541,9 @@ def test_the_view_properties_catch_missing_synthesized_results(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A call a later turn left unanswered, shown without synthesized results: invariant 1."""
-    monkeypatch.setattr(history_module, "synthesized_results", lambda message, missing: [])
+    monkeypatch.setattr(
+        history_module, "synthesized_results", lambda message, missing, stored=None: []
+    )
     failure = finds_failure(cases(), scenario)
     assert isinstance(failure, ViewInvariantError) and failure.item == 1, failure
 
