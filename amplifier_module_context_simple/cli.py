@@ -4,6 +4,7 @@
 
     amplifier-context-simple replay TRANSCRIPT [--set key=value ...]
         [--window N --max-output N] [--compare key=value ...] [--sliding-window]
+        [--trimmer-fraction F ...] [--hysteresis F ...] [--equal-context]
         [--price-fresh X --price-cache-read X --price-cache-write X]
         [--plot FILE] [--plot-cost FILE] [--json]
 
@@ -17,9 +18,26 @@ is a stub whose ``get_info().defaults`` carry ``--window`` and ``--max-output``;
 ``--set`` overrides configuration keys (a value is parsed as JSON when it can be -
 numbers, ``true``/``false``, ``null`` - and is a string otherwise). ``--compare`` replays
 a second configuration (the ``--set`` one plus these overrides) and reports both side by
-side. ``--sliding-window`` also replays a per-request trimmer on the same transcript: on
-every request it drops the oldest non-system messages (a tool call with its results, never
-a result without its call) until the view fits ``target_usage`` x the module's budget.
+side.
+
+Baselines replay trimmers on the same requests as the first configuration (A), with B its
+effective budget. A trimmer keeps the system messages and drops the oldest other messages
+in units (an assistant message with the results of its calls; never a result without its
+call), always keeping the newest unit:
+
+- ``--sliding-window``: per request, drops the oldest units until the view fits
+  ``target_usage`` x B (run ``sliding``);
+- ``--trimmer-fraction F ...``: the same per-request trimmer to F x B (runs ``trim-F``);
+- ``--hysteresis F ...``: sends everything since its last trim, and only when that
+  exceeds B trims to F x B (runs ``hyst-F``);
+- ``--equal-context``: the per-request trimmer whose target is searched (bisection,
+  deterministic) so that its mean view tokens come closest to A's; its description gives
+  both means and says when they differ by more than 1% (run ``equal``).
+
+F is a fraction in (0, 1]; a value given twice is replayed once. Every run reports the
+context it keeps - mean and max view tokens - next to its bill, and its trims: the
+requests whose view leaves out a message the previous request's view sent (messages
+compared by what the provider sees; a rewritten message counts as left out).
 
 The bill: every run's views are passed through a simulated prompt cache, the one the demo's
 ``provider-window`` applies. Each view's messages are counted with the module's estimator
@@ -27,6 +45,11 @@ The bill: every run's views are passed through a simulated prompt cache, the one
 previous request's view are read from the cache, the last message (the new input) is fresh,
 and everything between is a cache write. The billed input is ``fresh x --price-fresh +
 read x --price-cache-read + write x --price-cache-write`` (defaults 1.0, 0.1, 1.25).
+From Python, another count can replace the estimator: ``replay`` takes a ``measure``
+(message -> tokens) that counts its records and bill, the baselines replayed against a run
+count with that run's measure, and the trimmer pieces (``trimmed_views``,
+``sliding_window_view``, ``hysteresis_views``, ``equal_context_target``, ``keyed_view``)
+take one too.
 
 ``--plot FILE`` writes a PNG of the views, ``--plot-cost FILE`` one of the cumulative billed
 input (both need matplotlib, which is not a dependency of the package). ``--json`` prints
@@ -42,14 +65,16 @@ replayable, or the plot cannot be written (matplotlib missing, unwritable file);
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import math
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -68,14 +93,17 @@ from .manager import SimpleContextManager
 __all__ = (
     "CONFIG_KEYS",
     "DEFAULT_PRICES",
+    "EQUAL_CONTEXT_TOLERANCE",
     "EXIT_FAILURE",
     "EXIT_OK",
     "EXIT_USAGE",
     "PROG",
     "SUMMARY_ROWS",
+    "TRIM_MODEL",
     "CacheUse",
     "CliError",
     "EventLog",
+    "Measure",
     "Prices",
     "Problem",
     "ProviderInfo",
@@ -84,23 +112,33 @@ __all__ = (
     "Transcript",
     "WarningTally",
     "WindowProvider",
+    "baseline_run",
     "build_config",
     "build_parser",
     "cache_use",
     "cumulative_billed",
+    "dropped_messages",
+    "equal_context_target",
     "format_table",
+    "hysteresis_views",
+    "keyed_view",
     "main",
     "message_key",
     "parse_assignment",
     "parse_transcript",
     "replay",
+    "replay_equal_context",
+    "replay_hysteresis",
     "replay_sliding_window",
+    "replay_trimmer",
     "report_dict",
     "report_text",
+    "request_histories",
     "run_replay",
     "simulate_cache",
     "sliding_window_view",
     "tallied_warnings",
+    "trimmed_views",
     "use_agg_backend",
     "write_cost_plot",
     "write_plot",
@@ -330,8 +368,34 @@ def message_key(message: Mapping[str, Any]) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def _keyed(view: Sequence[Mapping[str, Any]]) -> list[tuple[str, int]]:
-    return [(message_key(m), estimate_message(m)) for m in view]
+Measure = Callable[[Mapping[str, Any]], int]
+"""Counts one message's tokens: the module's ``estimate_message`` by default; a benchmark
+passes an independent tokenizer's count instead (it must not mutate the message)."""
+
+
+def keyed_view(
+    view: Sequence[Mapping[str, Any]], measure: Measure = estimate_message
+) -> list[tuple[str, int]]:
+    """``view`` as the ``(message_key, tokens)`` pairs ``cache_use`` compares, each
+    message's tokens counted by ``measure``."""
+    return [(message_key(m), measure(m)) for m in view]
+
+
+def dropped_messages(
+    previous: Sequence[tuple[str, int]] | None, current: Sequence[tuple[str, int]]
+) -> int:
+    """How many messages of the previous keyed view the current one no longer sends.
+
+    Messages are compared by ``message_key`` (what the provider sees), counted with
+    multiplicity: a message sent twice before and once now counts one. A request with a
+    positive count is a *trim*: it left out something it had sent. (A dropped message
+    whose exact copy arrives in the same request is not seen; a rewritten one is.)
+    """
+    if previous is None:
+        return 0
+    before = collections.Counter(key for key, _ in previous)
+    before.subtract(key for key, _ in current)
+    return sum(count for count in before.values() if count > 0)
 
 
 def cumulative_billed(records: Sequence[RequestRecord], prices: Prices) -> list[float]:
@@ -393,6 +457,9 @@ class RequestRecord:
     """The ``context:compaction`` payload when this request emitted one."""
     cache: CacheUse = CacheUse(0, 0, 0, 0, 0)
     """The view through the simulated prompt cache (against the previous request's view)."""
+    dropped_messages: int = 0
+    """Messages the previous request's view sent that this one does not
+    (``dropped_messages``); positive on a trim."""
 
 
 def _record(
@@ -412,6 +479,7 @@ def _record(
         view_tokens=sum(tokens for _, tokens in keyed),
         compaction=compaction,
         cache=cache_use(previous, keyed),
+        dropped_messages=dropped_messages(previous, keyed),
     )
 
 
@@ -428,6 +496,9 @@ class Run:
     prices: Prices = DEFAULT_PRICES
     baseline: str | None = None
     """Set for a baseline policy run (not the module): its description."""
+    measure: Measure = field(default=estimate_message, compare=False, repr=False)
+    """What counted the tokens of ``records`` (views, history, the bill); baselines
+    replayed against this run count with it too."""
 
     @property
     def label(self) -> str:
@@ -452,22 +523,36 @@ class Run:
             budget -= reserve
         return math.ceil(budget * self.config.compact_threshold)
 
+    @property
+    def mean_view_tokens(self) -> float:
+        """The context the run keeps: its views' tokens averaged over its requests."""
+        return sum(r.view_tokens for r in self.records) / len(self.records)
+
     def totals(self) -> dict[str, Any]:
-        """The summary figures (the ``totals`` of the JSON report)."""
+        """The summary figures (the ``totals`` of the JSON report).
+
+        ``trims`` counts the requests whose view left out a message the previous view sent
+        (``RequestRecord.dropped_messages`` > 0): a baseline trimmer's trims, and for the
+        module its compactions that dropped or rewrote sent messages.
+        """
         requests, compactions = len(self.records), list(self.compactions.values())
         budget: int = self.budget["effective_budget"]
         max_view = max(r.view_tokens for r in self.records)
+        trims = sum(r.dropped_messages > 0 for r in self.records)
         return {
             "requests": requests,
             "compaction_boundaries": len(compactions),
             "boundaries_per_100_requests": round(100 * len(compactions) / requests, 2),
+            "trims": trims,
+            "trims_per_100_requests": round(100 * trims / requests, 2),
             "budget": budget,
             "budget_source": self.budget["source"],
             "trigger_tokens": self.trigger_tokens,
-            "max_view_tokens": max_view,
-            "max_view_over_budget": round(max_view / budget, 4),
             "max_level": max((c["strategy_level"] for c in compactions), default=0),
             "floor_hits": sum(c.get("floor_tokens") is not None for c in compactions),
+            "mean_view_tokens": round(self.mean_view_tokens, 1),
+            "max_view_tokens": max_view,
+            "max_view_over_budget": round(max_view / budget, 4),
             **self.bill(),
         }
 
@@ -507,12 +592,14 @@ async def replay(
     name: str,
     overrides: dict[str, Any],
     prices: Prices = DEFAULT_PRICES,
+    measure: Measure = estimate_message,
 ) -> Run:
     """Replay ``transcript`` through a fresh manager configured with ``config``.
 
     A request is made right before each assistant message is admitted and once at the
     end. The manager's events are recorded through an ``EventLog`` hooks object. Each
-    view goes through the simulated prompt cache (``cache_use``).
+    view goes through the simulated prompt cache (``cache_use``). ``measure`` counts the
+    records' tokens (views and history); the module's own decisions use its estimator.
     """
     log = EventLog()
     manager = SimpleContextManager(**dataclasses.asdict(config), hooks=log)
@@ -525,7 +612,7 @@ async def replay(
         seen = len(log.events)
         view = await manager.get_messages_for_request(provider=provider)
         compaction = next((d for e, d in log.events[seen:] if e == COMPACTION_EVENT), None)
-        keyed = _keyed(view)
+        keyed = keyed_view(view, measure)
         records.append(
             _record(len(records) + 1, admitted, history_tokens, keyed, compaction, previous)
         )
@@ -539,10 +626,10 @@ async def replay(
         # As admitted: the same ingress cap add_message applies (metadata, where the
         # module keeps its bookkeeping, is not estimated).
         capped, _ = cap_tool_result(message, config.max_tool_result_bytes)
-        history_tokens += estimate_message(capped)
+        history_tokens += measure(capped)
     await request()
     budgets = [d for e, d in log.events if e == BUDGET_EVENT]
-    return Run(name, overrides, config, budgets[-1], records, prices)
+    return Run(name, overrides, config, budgets[-1], records, prices, measure=measure)
 
 
 def _units(messages: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
@@ -565,60 +652,244 @@ def _units(messages: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]
     return units
 
 
+def _memoized(measure: Measure) -> Measure:
+    """``measure`` remembered per message object (each kept alive, so no id is reused)."""
+    memo: dict[int, tuple[Mapping[str, Any], int]] = {}
+
+    def counted(message: Mapping[str, Any]) -> int:
+        hit = memo.get(id(message))
+        if hit is None:
+            hit = memo[id(message)] = (message, measure(message))
+        return hit[1]
+
+    return counted
+
+
+def _trimmed_start(fixed: int, sizes: Sequence[int], start: int, target: float) -> int:
+    """The first unit kept when dropping the oldest units from ``start`` on until
+    ``fixed`` + the rest fit ``target``; never past the newest unit."""
+    used = fixed + sum(sizes[start:])
+    while start < len(sizes) - 1 and used > target:
+        used -= sizes[start]
+        start += 1
+    return start
+
+
+def trimmed_views(
+    histories: Iterable[Sequence[Mapping[str, Any]]],
+    *,
+    trigger: float,
+    target: float,
+    measure: Measure = estimate_message,
+) -> Iterator[list[Mapping[str, Any]]]:
+    """The views a trimmer sends, one per history (each history extends the one before it,
+    messages only appended, as a session's does).
+
+    The view is the system messages, then every unit (``_units``: a call with its results,
+    never a result alone) since the trimmer's last trim. When that exceeds ``trigger``
+    tokens (counted by ``measure``), it trims: drops the oldest units until the view fits
+    ``target``. The newest unit is always kept, even when it alone does not fit.
+
+    ``trigger == target`` is the per-request trimmer (``sliding_window_view`` on every
+    request: the largest suffix of units that fits); ``trigger`` = B and ``target`` = f x B
+    the trimmer with hysteresis (``hysteresis_views``).
+
+    Raises:
+        ValueError: ``target`` is negative or above ``trigger``.
+    """
+    if not 0 <= target <= trigger:
+        raise ValueError(f"need 0 <= target <= trigger, got target {target}, trigger {trigger}")
+    return _trimmed(histories, trigger, target, _memoized(measure))
+
+
+def _trimmed(
+    histories: Iterable[Sequence[Mapping[str, Any]]], trigger: float, target: float, size: Measure
+) -> Iterator[list[Mapping[str, Any]]]:
+    start = 0  # the first unit sent: the trimmer's state between requests
+    for messages in histories:
+        system = [m for m in messages if m.get("role") == "system"]
+        units = _units(messages)
+        fixed = sum(map(size, system))
+        sizes = [sum(map(size, unit)) for unit in units]
+        if fixed + sum(sizes[start:]) > trigger:
+            start = _trimmed_start(fixed, sizes, start, target)
+        yield [*system, *(m for unit in units[start:] for m in unit)]
+
+
 def sliding_window_view(
-    messages: Sequence[Mapping[str, Any]], target: int
+    messages: Sequence[Mapping[str, Any]], target: float, measure: Measure = estimate_message
 ) -> list[Mapping[str, Any]]:
     """The view a per-request trimmer sends: system messages, then the newest units of
-    ``messages`` (``_units``) that fit ``target`` estimated tokens with them, dropping the
-    oldest first. The newest unit is always kept, even when it alone does not fit."""
-    system = [m for m in messages if m.get("role") == "system"]
-    units = _units(messages)
-    used = sum(estimate_message(m) for m in system)
-    sizes = [sum(estimate_message(m) for m in unit) for unit in units]
-    start = len(units)
-    while start > 0 and (start == len(units) or used + sizes[start - 1] <= target):
-        used += sizes[start - 1]
-        start -= 1
-    return [*system, *(m for unit in units[start:] for m in unit)]
+    ``messages`` (``_units``) that fit ``target`` tokens (``measure``) with them, dropping
+    the oldest first. The newest unit is always kept, even when it alone does not fit."""
+    return next(trimmed_views([messages], trigger=target, target=target, measure=measure))
 
 
-def replay_sliding_window(transcript: Transcript, module_run: Run, *, name: str = "sliding") -> Run:
-    """The sliding-window baseline on the requests of ``module_run``'s replay.
+def hysteresis_views(
+    histories: Iterable[Sequence[Mapping[str, Any]]],
+    budget: float,
+    fraction: float,
+    measure: Measure = estimate_message,
+) -> Iterator[list[Mapping[str, Any]]]:
+    """The trimmer with hysteresis: it sends everything since its last trim, and only when
+    that exceeds ``budget`` trims to ``fraction`` x ``budget`` (``trimmed_views``).
 
-    The same admitted messages (after the module's tool-result ingress cap) and the same
-    target as the module's compaction: ``target_usage`` x its effective budget.
+    Raises:
+        ValueError: ``fraction`` outside (0, 1].
     """
-    config = module_run.config
-    budget: int = module_run.budget["effective_budget"]
-    target = int(budget * config.target_usage)
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    return trimmed_views(histories, trigger=budget, target=fraction * budget, measure=measure)
+
+
+def request_histories(
+    transcript: Transcript, config: ContextConfig
+) -> list[list[Mapping[str, Any]]]:
+    """The messages held at each of ``replay``'s requests (right before each assistant
+    message and at the end), each after the tool-result ingress cap the module applies."""
     held: list[Mapping[str, Any]] = []
-    records: list[RequestRecord] = []
-    history_tokens = 0
-    previous: list[tuple[str, int]] | None = None
-
-    def request() -> None:
-        nonlocal previous
-        keyed = _keyed(sliding_window_view(held, target))
-        records.append(_record(len(records) + 1, len(held), history_tokens, keyed, None, previous))
-        previous = keyed
-
+    histories: list[list[Mapping[str, Any]]] = []
     for _, message in transcript.messages:
         if message.get("role") == "assistant":
-            request()
-        capped, _ = cap_tool_result(message, config.max_tool_result_bytes)
-        held.append(capped)
-        history_tokens += estimate_message(capped)
-    request()
-    description = f"sliding window to target_usage x budget = {target:,} (per-request trim)"
-    return Run(
-        name,
-        module_run.overrides,
-        config,
-        module_run.budget,
-        records,
-        module_run.prices,
-        baseline=description,
+            histories.append(list(held))
+        held.append(cap_tool_result(message, config.max_tool_result_bytes)[0])
+    histories.append(held)
+    return histories
+
+
+def baseline_run(
+    module_run: Run,
+    histories: Sequence[Sequence[Mapping[str, Any]]],
+    views: Iterable[Sequence[Mapping[str, Any]]],
+    *,
+    name: str,
+    description: str,
+) -> Run:
+    """A baseline's ``Run``: its ``views`` of ``histories`` billed like ``module_run``
+    (same budget, prices and measure)."""
+    measure = _memoized(module_run.measure)
+    records: list[RequestRecord] = []
+    previous: list[tuple[str, int]] | None = None
+    for history, view in zip(histories, views, strict=True):
+        keyed = keyed_view(view, measure)
+        tokens = sum(map(measure, history))
+        records.append(_record(len(records) + 1, len(history), tokens, keyed, None, previous))
+        previous = keyed
+    return dataclasses.replace(module_run, name=name, records=records, baseline=description)
+
+
+def replay_trimmer(
+    transcript: Transcript,
+    module_run: Run,
+    *,
+    name: str,
+    trigger: float,
+    target: float,
+    description: str,
+) -> Run:
+    """A trimmer (``trimmed_views``) on the requests of ``module_run``'s replay: the same
+    admitted messages (after the module's tool-result ingress cap), counted and billed
+    with ``module_run``'s measure and prices."""
+    histories = request_histories(transcript, module_run.config)
+    views = trimmed_views(histories, trigger=trigger, target=target, measure=module_run.measure)
+    return baseline_run(module_run, histories, views, name=name, description=description)
+
+
+def replay_sliding_window(
+    transcript: Transcript,
+    module_run: Run,
+    *,
+    name: str = "sliding",
+    fraction: float | None = None,
+) -> Run:
+    """The per-request trimmer at ``fraction`` x ``module_run``'s effective budget; without
+    ``fraction``, at the module's compaction target, ``target_usage`` x budget."""
+    budget: int = module_run.budget["effective_budget"]
+    if fraction is None:
+        target = int(budget * module_run.config.target_usage)
+        what = f"target_usage x budget = {target:,}"
+    else:
+        target = int(budget * fraction)
+        what = f"{fraction:g} x budget = {target:,}"
+    description = f"sliding window to {what} (per-request trim)"
+    return replay_trimmer(
+        transcript, module_run, name=name, trigger=target, target=target, description=description
     )
+
+
+def replay_hysteresis(
+    transcript: Transcript, module_run: Run, fraction: float, *, name: str
+) -> Run:
+    """The trimmer with hysteresis (``hysteresis_views``) at ``module_run``'s effective
+    budget B: it trims only when the view would exceed B, to ``fraction`` x B."""
+    budget: int = module_run.budget["effective_budget"]
+    target = int(budget * fraction)
+    description = (
+        f"hysteresis: sends all since its last trim; over budget {budget:,} "
+        f"trims to {fraction:g} x budget = {target:,}"
+    )
+    return replay_trimmer(
+        transcript, module_run, name=name, trigger=budget, target=target, description=description
+    )
+
+
+EQUAL_CONTEXT_TOLERANCE: Final = 0.01
+"""How far (relative) the equal-context trimmer's mean view may be from the module's for
+``replay_equal_context`` to report the two as matched."""
+
+
+def equal_context_target(
+    histories: Sequence[Sequence[Mapping[str, Any]]],
+    mean: float,
+    measure: Measure = estimate_message,
+) -> tuple[int, float]:
+    """The integer target whose per-request trimmer's mean view tokens come closest to
+    ``mean``, and that mean; ties go to the smaller target. Deterministic.
+
+    The mean view is a non-decreasing step function of the target (a larger target keeps
+    a longer suffix of every history), so bisection over [0, the largest history] finds
+    the smallest target reaching ``mean``; the closer of it and the target below wins. The
+    gap left is at most one step of that function: the units one more token of target
+    admits, averaged over the requests.
+    """
+    size = _memoized(measure)
+
+    @functools.cache
+    def mean_at(target: int) -> float:
+        views = trimmed_views(histories, trigger=target, target=target, measure=size)
+        return sum(size(m) for view in views for m in view) / len(histories)
+
+    low, high = 0, max(sum(map(size, history)) for history in histories)
+    if mean_at(high) < mean:
+        return high, mean_at(high)
+    while low < high:  # the smallest target whose mean reaches ``mean``
+        middle = (low + high) // 2
+        if mean_at(middle) >= mean:
+            high = middle
+        else:
+            low = middle + 1
+    candidates = [(abs(mean_at(t) - mean), t) for t in (low - 1, low) if t >= 0]
+    _, best = min(candidates)
+    return best, mean_at(best)
+
+
+def replay_equal_context(transcript: Transcript, module_run: Run, *, name: str = "equal") -> Run:
+    """The per-request trimmer whose target makes its mean view tokens equal
+    ``module_run``'s (``equal_context_target``): the bill at equal context. Its description
+    gives both means and whether they are within ``EQUAL_CONTEXT_TOLERANCE``."""
+    histories = request_histories(transcript, module_run.config)
+    wanted = module_run.mean_view_tokens
+    target, got = equal_context_target(histories, wanted, module_run.measure)
+    gap = (got - wanted) / wanted if wanted else 0.0
+    verdict = (
+        "" if abs(gap) <= EQUAL_CONTEXT_TOLERANCE else f", NOT within {EQUAL_CONTEXT_TOLERANCE:.0%}"
+    )
+    description = (
+        f"sliding window to {target:,} (per-request trim), the target whose mean view "
+        f"{got:,.1f} is closest to {module_run.name}'s {wanted:,.1f} ({gap:+.2%}{verdict})"
+    )
+    views = trimmed_views(histories, trigger=target, target=target, measure=module_run.measure)
+    return baseline_run(module_run, histories, views, name=name, description=description)
 
 
 class WarningTally(logging.Handler):
@@ -674,6 +945,7 @@ def report_dict(transcript: Transcript, runs: Sequence[Run]) -> dict[str, Any]:
         "skipped": [dataclasses.asdict(p) for p in transcript.problems],
         "prices": dataclasses.asdict(runs[0].prices) if runs else None,
         "cache_model": CACHE_MODEL,
+        "trim_model": TRIM_MODEL,
         "runs": [
             {
                 "name": run.name,
@@ -695,6 +967,7 @@ def report_dict(transcript: Transcript, runs: Sequence[Run]) -> dict[str, Any]:
                         "cache_read_tokens": r.cache.cache_read,
                         "cache_write_tokens": r.cache.cache_write,
                         "fresh_tokens": r.cache.fresh,
+                        "dropped_messages": r.dropped_messages,
                     }
                     for r in run.records
                 ],
@@ -712,13 +985,16 @@ SUMMARY_ROWS: Final = (
     ("requests", "requests", "{:,}"),
     ("compaction boundaries", "compaction_boundaries", "{:,}"),
     ("per 100 requests", "boundaries_per_100_requests", "{:.1f}"),
+    ("trims", "trims", "{:,}"),
+    ("trims per 100 requests", "trims_per_100_requests", "{:.1f}"),
     ("budget", "budget", "{:,}"),
     ("budget source", "budget_source", "{}"),
     ("compaction trigger", "trigger_tokens", "{:,}"),
-    ("max view tokens", "max_view_tokens", "{:,}"),
-    ("max view / budget", "max_view_over_budget", "{:.1%}"),
     ("max level", "max_level", "{}"),
     ("floor hits", "floor_hits", "{}"),
+    ("mean view tokens", "mean_view_tokens", "{:,.0f}"),
+    ("max view tokens", "max_view_tokens", "{:,}"),
+    ("max view / budget", "max_view_over_budget", "{:.1%}"),
     ("total input tokens", "input_tokens", "{:,}"),
     ("read from cache", "cache_read_tokens", "{:,}"),
     ("cached share", "cached_share", "{:.1%}"),
@@ -736,6 +1012,12 @@ CACHE_MODEL: Final = (
     "views counted with the module's estimator (estimate_message); per request the "
     "leading messages shared with the previous view are cache reads, the last message is "
     "fresh, the rest cache writes"
+)
+
+
+TRIM_MODEL: Final = (
+    "a request whose view leaves out a message the previous request's view sent "
+    "(compared by what the provider sees)"
 )
 
 
@@ -775,6 +1057,7 @@ def report_text(transcript: Transcript, runs: Sequence[Run]) -> str:
         out += [
             f"bill: prices {runs[0].prices.describe()}",
             f"cache model: {CACHE_MODEL}",
+            f"trim: {TRIM_MODEL}",
         ]
     return "\n".join(out)
 
@@ -900,6 +1183,16 @@ def _price(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Tools for context-simple.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -932,11 +1225,41 @@ def build_parser() -> argparse.ArgumentParser:
     replay_cmd.add_argument(
         "--max-output", type=int, metavar="N", help="provider max output tokens"
     )
-    replay_cmd.add_argument(
+    baselines = replay_cmd.add_argument_group(
+        "baselines",
+        "trimmers replayed on the same requests as A (B is A's effective budget); each "
+        "reports the context it keeps (mean and max view tokens) next to its bill",
+    )
+    baselines.add_argument(
         "--sliding-window",
         action="store_true",
-        help="also replay a per-request sliding-window trimmer (the baseline) to "
-        "target_usage x budget",
+        help="a per-request trimmer (drops the oldest units until the view fits) to "
+        "target_usage x B (run 'sliding')",
+    )
+    baselines.add_argument(
+        "--trimmer-fraction",
+        nargs="+",
+        action="extend",
+        default=[],
+        type=_fraction,
+        metavar="F",
+        help="a per-request trimmer to F x B, F in (0, 1] (runs 'trim-F')",
+    )
+    baselines.add_argument(
+        "--hysteresis",
+        nargs="+",
+        action="extend",
+        default=[],
+        type=_fraction,
+        metavar="F",
+        help="a trimmer with hysteresis: sends everything since its last trim and only "
+        "when that exceeds B trims to F x B, F in (0, 1] (runs 'hyst-F')",
+    )
+    baselines.add_argument(
+        "--equal-context",
+        action="store_true",
+        help="a per-request trimmer whose target is searched so its mean view tokens "
+        "equal A's (run 'equal'): the bill at equal context",
     )
     for option, default, what in (
         ("--price-fresh", DEFAULT_PRICES.fresh, "a fresh input token"),
@@ -959,6 +1282,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
+
+
+def _replay_baselines(
+    transcript: Transcript, module_run: Run, args: argparse.Namespace
+) -> list[Run]:
+    """The baseline runs the options ask for, in option order (a repeated F once)."""
+    runs: list[Run] = []
+    if args.sliding_window:
+        runs.append(replay_sliding_window(transcript, module_run))
+    runs += [
+        replay_sliding_window(transcript, module_run, name=f"trim-{f:g}", fraction=f)
+        for f in dict.fromkeys(args.trimmer_fraction)
+    ]
+    runs += [
+        replay_hysteresis(transcript, module_run, f, name=f"hyst-{f:g}")
+        for f in dict.fromkeys(args.hysteresis)
+    ]
+    if args.equal_context:
+        runs.append(replay_equal_context(transcript, module_run))
+    return runs
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -999,8 +1342,7 @@ def run_replay(args: argparse.Namespace) -> int:
 
     with tallied_warnings() as warnings:
         runs = anyio.run(replay_all)
-    if args.sliding_window:
-        runs.append(replay_sliding_window(transcript, runs[0]))
+    runs += _replay_baselines(transcript, runs[0], args)
     for count, first in warnings.tally.values():
         times = f" ({count} times; the first shown)" if count > 1 else ""
         print(f"{PROG}: module warning{times}: {first}", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,9 @@ import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.cli import main, parse_assignment
+from amplifier_module_context_simple.context.config import ContextConfig
 from amplifier_module_context_simple.context.estimate import estimate_message, estimate_text
+from amplifier_module_context_simple.provider_rules import Dialect, check_provider_valid
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "examples" / "sample-transcript.jsonl"
@@ -461,3 +464,247 @@ def test_plot_cost_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(argv) == 0
     assert target.read_bytes().startswith(PNG_SIGNATURE)
     assert f"cost plot written to {target}" in capsys.readouterr().out
+
+
+# -- the bill at equal context: the context each run keeps, trimmers with hysteresis ---------
+
+REAL_ENTIRE_4 = ROOT / "tests" / "data" / "real" / "anthropic_entire_4.jsonl"
+
+
+def sized(message: Mapping[str, Any]) -> int:
+    """A measure for constructed cases: a message costs the length of its content."""
+    return len(message["content"])
+
+
+def text(label: str, size: int) -> str:
+    """``label`` padded to ``size`` characters (distinct contents, exact sizes)."""
+    return label.ljust(size, ".")
+
+
+def call_unit(number: int) -> list[dict[str, Any]]:
+    """An assistant call (10) with its result (20): one unit of 30."""
+    call_id = f"call_{number}"
+    call = {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    return [
+        {"role": "assistant", "content": text(f"a{number}", 10), "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": text(f"t{number}", 20)},
+    ]
+
+
+def growing_histories() -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]]:
+    """System (5), then units U1..U7 alternating a user message (10) and a call unit (30);
+    the histories end at U1, U2, ..., U7. Returns (units with the system first, histories)."""
+    units: list[list[dict[str, Any]]] = [[{"role": "system", "content": text("s", 5)}]]
+    for number in range(1, 8):
+        user = [{"role": "user", "content": text(f"u{number}", 10)}]
+        units.append(user if number % 2 else call_unit(number))
+    histories = [[m for unit in units[: end + 1] for m in unit] for end in range(1, 8)]
+    return units, histories
+
+
+def test_hysteresis_sends_everything_until_over_budget_then_trims_and_appends() -> None:
+    from amplifier_module_context_simple.cli import hysteresis_views
+
+    units, histories = growing_histories()
+    views = list(hysteresis_views(histories, 60, 0.75, measure=sized))
+    s, u1, u2, u3, u4, u5, u6, u7 = units
+    assert views == [
+        s + u1,  # 15
+        s + u1 + u2,  # 45
+        s + u1 + u2 + u3,  # 55: everything, still within B = 60
+        s + u3 + u4,  # 85 > 60: trimmed, oldest first, to 45 <= 0.75 x 60
+        s + u3 + u4 + u5,  # 55: appends again
+        s + u5 + u6,  # 85 > 60: trimmed to 45
+        s + u5 + u6 + u7,  # 55
+    ]
+    assert [sum(map(sized, view)) for view in views] == [15, 45, 55, 45, 55, 45, 55]
+    for view in views:
+        check_provider_valid(view, "openai")
+
+
+def test_per_request_trimmer_trims_on_every_request_that_needs_it() -> None:
+    from amplifier_module_context_simple.cli import sliding_window_view, trimmed_views
+
+    units, histories = growing_histories()
+    s, u1, u2, u3, u4, u5, u6, u7 = units
+    expected = [s + u1, s + u1 + u2, s + u2 + u3, s + u3 + u4, s + u4 + u5, s + u5 + u6]
+    expected.append(s + u6 + u7)
+    assert list(trimmed_views(histories, trigger=45, target=45, measure=sized)) == expected
+    assert [sliding_window_view(h, 45, measure=sized) for h in histories] == expected
+
+
+def test_trimmer_targets_are_checked() -> None:
+    from amplifier_module_context_simple.cli import hysteresis_views, trimmed_views
+
+    _, histories = growing_histories()
+    with pytest.raises(ValueError, match="target <= trigger"):
+        trimmed_views(histories, trigger=30, target=45, measure=sized)
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        hysteresis_views(histories, 60, 1.5, measure=sized)
+
+
+def test_dropped_messages_count_what_the_previous_view_sent_and_this_one_does_not() -> None:
+    from amplifier_module_context_simple.cli import dropped_messages
+
+    before = [("s", 5), ("x", 1), ("x", 1), ("y", 2)]
+    assert dropped_messages(None, before) == 0
+    assert dropped_messages(before, [*before, ("z", 3)]) == 0  # appended: not a trim
+    assert dropped_messages(before, [("s", 5), ("x", 1), ("y", 2), ("z", 3)]) == 1
+    assert dropped_messages(before, [("s", 5), ("z", 3)]) == 3
+
+
+@pytest.mark.parametrize(("path", "dialect"), [(SAMPLE, "openai"), (REAL_ENTIRE_4, "anthropic")])
+def test_hysteresis_views_of_a_replay_are_provider_valid_and_trim_to_the_fraction(
+    path: Path, dialect: Dialect
+) -> None:
+    from amplifier_module_context_simple.cli import (
+        hysteresis_views,
+        parse_transcript,
+        request_histories,
+        sliding_window_view,
+    )
+
+    transcript = parse_transcript(path, path.read_bytes())
+    histories = request_histories(transcript, ContextConfig())
+    budget = 6_000
+    views = list(hysteresis_views(histories, budget, 0.5))
+    trims = 0
+    for before, view in zip([[], *views], views, strict=False):
+        check_provider_valid(view, dialect)
+        newest_unit_only = view == sliding_window_view(view, 0)
+        tokens = sum(map(estimate_message, view))
+        if any(m not in view for m in before):  # a trim: down to 0.5 x budget
+            trims += 1
+            assert tokens <= budget // 2 or newest_unit_only
+        else:  # everything since the last trim, within the budget
+            assert view[: len(before)] == before
+            assert tokens <= budget or newest_unit_only
+    assert trims >= 2
+
+
+def test_mean_and_max_view_tokens_are_the_views_of_each_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session = small_session()
+    path = write_jsonl(tmp_path / "t.jsonl", [json.dumps(m, ensure_ascii=False) for m in session])
+    report, _ = run_json(capsys, str(path), "--sliding-window", "--hysteresis", "0.5")
+    # No window: the fallback budget holds everything, so every view is the history so far.
+    requests_at = [1, 3, 5, 6]
+    views = [sum(map(estimate_message, session[:end])) for end in requests_at]
+    for run in report["runs"]:
+        totals = run["totals"]
+        assert [r["view_tokens"] for r in run["requests"]] == views
+        assert totals["mean_view_tokens"] == round(sum(views) / 4, 1)
+        assert totals["max_view_tokens"] == views[-1]
+        assert totals["trims"] == 0
+        assert totals["trims_per_100_requests"] == 0
+    assert [run["name"] for run in report["runs"]] == ["A", "sliding", "hyst-0.5"]
+
+
+def test_reports_show_the_context_and_the_trims_of_every_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [str(REAL_ENTIRE_4), "--window", "16000", "--max-output", "2000"]
+    options = ["--sliding-window", "--trimmer-fraction", "0.3", "--hysteresis", "0.5", "0.9"]
+    assert main(["replay", *argv, *options, "--equal-context"]) == 0
+    out = capsys.readouterr().out
+    header = out.split("\nsummary\n")[1].splitlines()[0].split()
+    names = ["A", "sliding", "trim-0.3", "hyst-0.5", "hyst-0.9", "equal"]
+    assert header == names
+    rows = summary_rows(out)
+    for title in ("mean view tokens", "max view tokens", "trims", "trims per 100 requests"):
+        assert len(rows[title]) == len(names)
+    assert "trim: a request whose view leaves out a message" in out
+    assert "hyst-0.5: hysteresis: sends all since its last trim; over budget 10,904" in out
+
+    report, _ = run_json(capsys, *argv, *options, "--equal-context")
+    runs = {run["name"]: run for run in report["runs"]}
+    assert list(runs) == names
+    for run in runs.values():
+        requests = run["requests"]
+        views = [r["view_tokens"] for r in requests]
+        assert run["totals"]["mean_view_tokens"] == round(sum(views) / len(views), 1)
+        assert run["totals"]["max_view_tokens"] == max(views)
+        trims = sum(r["dropped_messages"] > 0 for r in requests)
+        assert run["totals"]["trims"] == trims
+    # The per-request trimmer trims whenever it drops a unit; with hysteresis at 0.5 far less.
+    assert runs["hyst-0.5"]["totals"]["trims"] < runs["sliding"]["totals"]["trims"]
+    assert max(r["view_tokens"] for r in runs["trim-0.3"]["requests"]) <= int(10_904 * 0.3)
+
+
+@pytest.mark.parametrize("path", [SAMPLE, REAL_ENTIRE_4])
+def test_equal_context_trimmer_keeps_the_module_s_mean_view(
+    capsys: pytest.CaptureFixture[str], path: Path
+) -> None:
+    from amplifier_module_context_simple.cli import EQUAL_CONTEXT_TOLERANCE
+
+    report, _ = run_json(
+        capsys, str(path), "--window", "16000", "--max-output", "2000", "--equal-context"
+    )
+    module, equal = report["runs"]
+    wanted = module["totals"]["mean_view_tokens"]
+    got = equal["totals"]["mean_view_tokens"]
+    assert abs(got - wanted) <= EQUAL_CONTEXT_TOLERANCE * wanted
+    assert "NOT within" not in equal["baseline"]
+    assert f"{got:,.1f} is closest to A's {wanted:,.1f}" in equal["baseline"]
+
+
+def test_equal_context_target_is_the_closest_integer_target() -> None:
+    from amplifier_module_context_simple.cli import equal_context_target, trimmed_views
+
+    _, histories = growing_histories()
+
+    def mean_at(target: int) -> float:
+        views = trimmed_views(histories, trigger=target, target=target, measure=sized)
+        return sum(sum(map(sized, view)) for view in views) / len(histories)
+
+    for wanted in (20.0, 37.5, 41.0, 1_000.0):
+        target, got = equal_context_target(histories, wanted, measure=sized)
+        assert got == mean_at(target)
+        best = min(abs(mean_at(t) - wanted) for t in range(400))
+        assert abs(got - wanted) == best
+
+
+def test_a_measure_counts_views_history_and_bill() -> None:
+    from amplifier_module_context_simple.cli import (
+        parse_transcript,
+        replay,
+        replay_hysteresis,
+    )
+
+    def one(message: Any) -> int:
+        return 1
+
+    path = REAL_ENTIRE_4
+    transcript = parse_transcript(path, path.read_bytes())
+    module = anyio.run(
+        lambda: replay(transcript, ContextConfig(), None, name="A", overrides={}, measure=one)
+    )
+    hysteresis = replay_hysteresis(transcript, module, 0.5, name="hyst")
+    for run in (module, hysteresis):
+        for record in run.records:
+            assert record.view_tokens == record.view_messages
+            assert record.cache.total == record.view_messages
+        assert run.totals()["input_tokens"] == sum(r.view_messages for r in run.records)
+    assert hysteresis.records[-1].history_tokens == len(transcript.messages)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--hysteresis", "0"),
+        ("--hysteresis", "1.5"),
+        ("--hysteresis", "nan"),
+        ("--hysteresis", "half"),
+        ("--trimmer-fraction", "-0.2"),
+        ("--trimmer-fraction", "inf"),
+    ],
+)
+def test_bad_trimmer_fraction_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [json.dumps(m) for m in small_session()])
+    assert main(["replay", str(path), option, value]) == 2
+    captured = capsys.readouterr()
+    assert f"argument {option}: expected a fraction in (0, 1], got {value!r}" in captured.err
+    assert captured.out == ""
