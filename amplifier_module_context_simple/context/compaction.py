@@ -38,17 +38,12 @@ from .slices import HEAVY_STRIDE, STRIDE, Steps
 from .stats import CompactionStats
 
 __all__ = (
-    "FLOOR_REGROWTH",
     "Compactor",
     "FloorMark",
 )
 
 
 logger = logging.getLogger(__name__)
-
-FLOOR_REGROWTH: Final = 0.05
-"""How far (fraction of the budget) a view grows past a reported floor before re-running."""
-
 
 @dataclass(frozen=True, slots=True)
 class FloorMark:
@@ -212,12 +207,16 @@ class Compactor:
         Returns the staged decisions (None when the run changed nothing and has nothing
         new to report) and the floor mark to remember (None when the view fits).
 
-        No storms: when the protected floor alone is above the target, the first run
-        reports it (one ``context:compaction`` carrying ``floor_tokens``, one warning) and
-        that decision is reused. The ladder runs again only once the view has grown
-        ``FLOOR_REGROWTH`` of the budget past the reported floor, or past the budget
-        itself, so a growing session does not re-run the deepest level on every request
-        (and does not rewrite its cached prefix every turn). Hard-fit requests always run.
+        No storms, and compactions worth the cache they break. When the protected floor
+        alone is above the target, the first run reports it (one ``context:compaction``
+        carrying ``floor_tokens``, one warning) and that decision is reused: the ladder runs
+        again only once the view no longer fits the budget (``_floor_holds``). Re-running it
+        sooner, as the view creeps past the trigger, could only shave what the history
+        added since (the floor is still there) while rewriting the whole cached view after
+        its first change, request after request. When the floor is over the whole budget,
+        it is reduced to the target, not merely under the budget: a floor left just under
+        the budget would be reduced again, with another rewrite, on the next request.
+        Hard-fit requests always run, and reduce only as far as the budget.
         """
         target = self.target(plan)
         if floor is not None and not plan.hard_fit and self._floor_holds(floor, plan, before):
@@ -229,8 +228,12 @@ class Compactor:
         over = not ladder.fits
         if ladder.total > plan.budget:
             # The floor is over the whole budget, not merely the target: reduce it, leaving
-            # room for the minimal notice (the model should know its context was cut).
-            yield from self.reducing_floor(ladder, plan.budget - self.notice_allowance(plan.budget))
+            # room for the minimal notice (the model should know its context was cut), and
+            # (but for hard fit) as far as the target (see the docstring).
+            limit = plan.budget - self.notice_allowance(plan.budget)
+            if not plan.hard_fit:
+                limit = min(limit, target)
+            yield from self.reducing_floor(ladder, limit)
         if plan.hard_fit and ladder.total > plan.budget:
             raise RequiredContentTooLargeError(
                 f"Hard-fit compaction cannot reach the budget: {ladder.total:,} estimated "
@@ -282,9 +285,10 @@ class Compactor:
     def _floor_holds(self, floor: FloorMark, plan: RequestPlan, before: Rendered) -> bool:
         """Whether a reported floor still stands for this request (so the ladder is skipped).
 
-        It stands for the same history (a climb from a climb's result could otherwise
-        shrink the recent window again) and, as the history grows, until the view is
-        ``FLOOR_REGROWTH`` of the budget past the floor or past the budget itself.
+        It stands for the same history and budget (a climb from a climb's result could
+        otherwise shrink the recent window again) while the view, with room for the minimal
+        notice, still fits the budget: only then must it shrink, and a compaction then
+        frees what the history added since the floor was reported.
         """
         if (floor.epoch, floor.effective, floor.target) != (
             plan.epoch,
@@ -294,8 +298,7 @@ class Compactor:
             return False
         if floor.length == plan.length:
             return True
-        regrowth = max(1, int(plan.effective * FLOOR_REGROWTH))
-        return before.tokens < floor.tokens + regrowth and before.tokens <= plan.effective
+        return before.tokens <= plan.budget - self.notice_allowance(plan.budget)
 
     def stating(
         self,
