@@ -56,6 +56,9 @@ Outcome = Literal[
     "not_needed", "target_reached", "protected_floor", "reduced_output", "measurement_unavailable"
 ]
 
+MAX_COUNTS: Final = 9
+"""Base counts per request at most: the first and eight more (the floor's are apart)."""
+
 FLOOR_COUNTS: Final = 3
 """Counts spent at most on reducing the protected floor below the provider's limit."""
 
@@ -198,8 +201,18 @@ class Attempt:
 class Negotiation:
     """One run of the negotiated path over a planned request (used once)."""
 
-    def __init__(self, seam: Negotiable, count_view: CountView, fit_output: FitOutput | None):
+    def __init__(
+        self,
+        seam: Negotiable,
+        count_view: CountView,
+        fit_output: FitOutput | None,
+        *,
+        exhaust_rungs: bool = False,
+    ):
         self.seam = seam
+        self.exhaust_rungs = exhaust_rungs
+        """Each rung exhausts its legal work: the existing module's rule, for comparison
+        (benchmarks); not a configuration key."""
         self.count_view = count_view
         self.fit_output = fit_output
         self.machine = _Machine(seam)
@@ -272,29 +285,41 @@ class Negotiation:
         last, measured = initial, first
         staged = self.seam.base
         pending = False  # the staged candidate has not been counted
+        target = self.seam.target
         for rung in self.seam.rungs:
-            candidate = await self.seam.pace(self.seam.stepping(rung))
-            if candidate is None:
-                continue
-            staged = candidate
-            self.machine.stage(staged)
-            pending = True
-            predicted = staged.estimate * ratio
-            if (
-                self.seam.skip_counts
-                and rung < self.seam.rungs[-1]
-                and predicted > self.seam.target * (1 + SKIP_MARGIN)
-            ):
-                continue  # predicted to stay above target: don't spend a round trip
-            last = await self.count(staged)
-            pending = False
-            if not isinstance(last.decision, Measured):
-                return self._recount_unavailable(initial)
-            measured = last.decision
-            if staged.estimate > 0:
-                ratio = measured.count / staged.estimate
-            if measured.count <= self.seam.target and not measured.oversize:
-                return await self._finish(initial, first, last, measured, "target_reached")
+            while True:
+                # The last base count is the returned candidate's: with one left, every
+                # remaining rung exhausts its work and only the result is counted.
+                closing = self.count_calls >= MAX_COUNTS - 1
+                goal = None if self.exhaust_rungs or closing else _aim(target, measured) / ratio
+                candidate = await self.seam.pace(self.seam.stepping(rung, goal))
+                if candidate is None:
+                    break
+                staged = candidate
+                self.machine.stage(staged)
+                pending = True
+                done = goal is None or self.seam.exhausted(rung)
+                if closing or (
+                    self.seam.skip_counts
+                    and rung < self.seam.rungs[-1]
+                    and staged.estimate * ratio > target * (1 + SKIP_MARGIN)
+                ):
+                    # predicted to stay above target: don't spend a round trip
+                    if done:
+                        break
+                    continue
+                last = await self.count(staged)
+                pending = False
+                if not isinstance(last.decision, Measured):
+                    return self._recount_unavailable(initial)
+                measured = last.decision
+                if staged.estimate > 0:
+                    ratio = measured.count / staged.estimate
+                if measured.count <= target and not measured.oversize:
+                    return await self._finish(initial, first, last, measured, "target_reached")
+                if done:
+                    break  # above target with this rung's work done: the next rung
+                # above target: the same rung continues, recalibrated
         if pending:  # the last changed rung was predicted above target; count it anyway
             last = await self.count(staged)
             if not isinstance(last.decision, Measured):
@@ -481,6 +506,14 @@ class Negotiation:
         )
 
 
+def _aim(target: int, measured: Measured) -> float:
+    """Where a rung stops, in the provider's counts: the target, or the provider's hard
+    limit when that is lower (in the count's units: ``count / estimated`` of it)."""
+    if measured.estimated <= 0:
+        return target
+    return min(target, measured.limit * measured.count / measured.estimated)
+
+
 def _unmeasured_oversize(attempt: Attempt, *, rung: int) -> ProviderLimitError:
     return ProviderLimitError(
         f"{CANNOT_FIT}.",
@@ -505,9 +538,18 @@ def check_seams(count_view: object, fit_output: object) -> None:
 
 
 async def negotiate(
-    seam: Negotiable, *, count_view: CountView, fit_output: FitOutput | None = None
+    seam: Negotiable,
+    *,
+    count_view: CountView,
+    fit_output: FitOutput | None = None,
+    exhaust_rungs: bool = False,
 ) -> dict[str, Any]:
     """Run the negotiated path over one planned request; see
-    ``SimpleContextManager.get_measured_request_view``."""
+    ``SimpleContextManager.get_measured_request_view``.
+
+    ``exhaust_rungs=True``: every rung exhausts its legal work, with no target check
+    inside a rung - the existing module's rule, for comparison (the benchmarks use it);
+    it is not a configuration key.
+    """
     check_seams(count_view, fit_output)
-    return await Negotiation(seam, count_view, fit_output).run()
+    return await Negotiation(seam, count_view, fit_output, exhaust_rungs=exhaust_rungs).run()
