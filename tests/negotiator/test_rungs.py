@@ -205,6 +205,7 @@ def stubborn(threshold: int, target: int) -> Rule:
 
     def rule(view: list[dict[str, Any]]) -> Any:
         decided = counting(view)
+        assert decided is not None
         if len(view) > threshold:
             count = max(decided["measurement"]["input_tokens"], target + 1)
             decided["measurement"]["input_tokens"] = decided["estimated_input_tokens"] = count
