@@ -15,9 +15,15 @@ rung  what it does
 8     stub machine-written user envelopes, then drop old stubs
 ====  ==========================================================================
 
-The ordinary path climbs rung by rung and stops as soon as the view fits the target; the
-negotiated path applies one rung at a time and lets each exhaust its legal work, because
-only the provider's count can say whether it was enough.
+Every rung works oldest first and stops as soon as the view fits ``target``. The ordinary
+path climbs rung by rung to its target. The negotiated path applies one rung at a time
+with a target in our estimate's units (the provider's target over the calibrated count /
+estimate ratio) and, when the provider's count of the result is still above it, lowers
+the target and applies the same rung again: the rung continues from where it stopped.
+What a rung may touch is frozen when it is first applied (its result quarter, its
+protected window as seqs, rung 8's boundary), so a rung applied in pieces touches exactly
+a prefix, oldest first, of what it touches applied whole. A target of -1 lets a rung
+exhaust its legal work (the existing module's rule, kept for comparison).
 
 What never changes: system messages (they are not in the working list), request-protected
 messages (first and latest human prompt, retained envelopes, and whatever else the caller
