@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anyio.lowlevel
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
@@ -56,6 +57,7 @@ class Counting:
     async def __call__(self, view: list[dict[str, Any]]) -> dict[str, Any]:
         self.views.append(view)
         self.envelopes.append(counted(self.rule, view))
+        await anyio.lowlevel.checkpoint()  # a provider's count is an await
         return self.envelopes[-1]
 
     def count(self, index: int) -> int:
