@@ -24,6 +24,7 @@ import itertools
 import math
 import os
 import platform
+import statistics
 import sys
 import textwrap
 import time
@@ -45,6 +46,10 @@ SCALING_LIMIT = 5.0
 MEMORY_FRACTION_LIMIT = 0.20
 MEDIAN_COUNTS_LIMIT = 2
 WITHIN_FRACTION_TARGET = 0.95
+LANDED_MEDIAN_TARGET = 0.85
+"""A target-reached view keeps at least this much of its target (median)."""
+BELOW_HALF_LIMIT = 0.10
+"""Fewer than this share of target-reached views keep less than half of the target."""
 
 
 # -- the table ---------------------------------------------------------------------------
@@ -238,6 +243,42 @@ def negotiation_targets(summary: negotiation.Summary) -> list[Target]:
     ]
 
 
+def landing_targets(summaries: Sequence[negotiation.LandingSummary]) -> list[Target]:
+    """The default policy's landing at its target; no policy's final view over the limit."""
+    label = "negotiated (landing, default)"
+    default = next(s for s in summaries if s.policy == negotiation.POLICIES[0])
+    landed = default.landed()
+    if not landed:
+        return [Target(f"{label}: final / target", "no target reached", "-", False)]
+    median = statistics.median(landed)
+    below = len(default.below_half) / len(landed)
+    counts = statistics.median(default.counts)
+    over = sum(s.over_limit for s in summaries)
+    return [
+        Target(
+            f"{label}: final / target, median",
+            f"{median:.3f}",
+            f">= {LANDED_MEDIAN_TARGET}",
+            median >= LANDED_MEDIAN_TARGET,
+        ),
+        Target(
+            f"{label}: target reached below half of it",
+            f"{below:.1%}",
+            f"< {BELOW_HALF_LIMIT:.0%}",
+            below < BELOW_HALF_LIMIT,
+        ),
+        Target(
+            f"{label}: median counts",
+            f"{counts:g}",
+            f"<= {MEDIAN_COUNTS_LIMIT}",
+            counts <= MEDIAN_COUNTS_LIMIT,
+        ),
+        Target(
+            "negotiated (landing, every policy): final over the limit", f"{over}", "0", over == 0
+        ),
+    ]
+
+
 def calibration_target(rows: Sequence[calibrate.Row]) -> Target:
     failures = calibrate.check_rows(rows)
     lo, hi = calibrate.CLASS_RATIO_BOUNDS
@@ -389,6 +430,48 @@ def negotiation_rows(s: negotiation.Summary) -> list[list[str]]:
     return rows
 
 
+def landing_rows(summaries: Sequence[negotiation.LandingSummary]) -> list[list[str]]:
+    """One column per policy: where its views land against the target."""
+
+    def column(s: negotiation.LandingSummary) -> list[str]:
+        landed = s.landed()
+        short = {"target_reached": "target", "protected_floor": "floor", "failed_closed": "failed"}
+        outcomes = ", ".join(f"{short.get(k, k)} {v}" for k, v in s.outcomes().items())
+        spread = f"{statistics.median(landed):.3f} / {min(landed):.3f}" if landed else "-"
+        counts = s.counts
+        return [
+            f"{len(s.cases)}: {outcomes}",
+            spread,
+            f"{len(s.below_half)}",
+            f"{statistics.median(counts):g} / {max(counts)}" if counts else "-",
+            f"{s.over_limit}",
+        ]
+
+    columns = [column(s) for s in summaries]
+    names = [
+        "  requests: outcomes",
+        "  final / target (target reached): median / min",
+        "  target reached below half of it",
+        "  counts per request: median / max",
+        "  final count over the limit",
+    ]
+    return [[name, *(c[i] for c in columns)] for i, name in enumerate(names)]
+
+
+def below_half_notes(summaries: Sequence[negotiation.LandingSummary]) -> list[str]:
+    """The target-reached views below half of their target, with the largest message."""
+    notes = []
+    for s in summaries:
+        for c in s.below_half:
+            forced = "larger" if c.largest > c.target / 2 else "not larger"
+            notes.append(
+                f"- Landing below half ({s.policy}): {c.source} at {c.fraction:.0%}, final "
+                f"{c.final:,} / target {c.target:,} = {c.landed:.3f}; its largest message "
+                f"({c.largest:,} tokens) is {forced} than half the target."
+            )
+    return notes
+
+
 def calibration_rows_table(rows: Sequence[calibrate.Row]) -> list[list[str]]:
     return [
         [
@@ -517,6 +600,15 @@ Legend
   trigger; each case runs on two fresh identical managers (count skipping on, and
   count_every_rung=True) and the transaction is committed. Final counted size =
   measured_after. "requests per number of counts" = n:k, k requests made n counts.
+- Landing (benchmarks/negotiation.py run_landing): every real conversation, whole, at
+  budgets of 60%, 30% and 10% of the provider's count of it, with max_tokens = the
+  provider's hard input limit = that budget; same provider, no fit_output, committed.
+  Policies: default (count skipping; a rung stops once the calibrated prediction reaches
+  the target), count_every_rung, and the old rule (every rung exhausts its legal work: the
+  existing module's rule, negotiate(exhaust_rungs=True), for comparison only). "failed" =
+  ProviderLimitError (the protected floor alone is over the limit). final / target =
+  measured_after / target over the target-reached requests; counts over the requests
+  that did not fail.
   "first count differs": the module's full view is not the history as given (it
   answers interrupted calls, renames reused call ids), so its count differs.
 - Estimator (synthetic): benchmarks/calibrate.py calibration_rows() - estimate /
@@ -559,6 +651,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     conversations = real.conversations()
     summary = negotiation.run(args.cases)
     real_summary = negotiation.run_real(conversations)
+    landing = negotiation.run_landing(conversations)
     phases.append(("negotiation", time.perf_counter() - t))
     t = time.perf_counter()
     rows = calibrate.calibration_rows()
@@ -570,6 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         *(Target(*target) for target in load_bench.targets(loaded)),
         *negotiation_targets(summary),
         *negotiation_targets(real_summary),
+        *landing_targets(landing),
         calibration_target(rows),
         real_estimator_target(real_rows),
     ]
@@ -592,6 +686,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     table.section(
         ["negotiated requests (provider counts)", "count skipping (default)", "count_every_rung"],
         negotiation_rows(summary) + negotiation_rows(real_summary),
+    )
+    fractions = "/".join(f"{f:.0%}" for f in negotiation.LANDING_FRACTIONS)
+    table.section(
+        [f"negotiated views: landing at target (real, {fractions})", *negotiation.POLICIES],
+        landing_rows(landing),
     )
     table.section(
         [
@@ -644,6 +743,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     break_on_hyphens=False,
                 )
             )
+    for note in below_half_notes(landing):
+        print(textwrap.fill(note, width=90, subsequent_indent="  ", break_on_hyphens=False))
     names = ", ".join(f"{c.name} ({c.format}, {len(c.messages)})" for c in conversations)
     print(
         textwrap.fill(

@@ -33,6 +33,19 @@ For every case:
 
 Reported per set: counts per request (``count_calls``) for each policy, and the final
 counted size (``measured_after``) with skipping relative to the count-every-rung one.
+
+Landing (``run_landing``): where a negotiated view lands against its target, per policy -
+the default (count skipping), ``count_every_rung`` and the existing module's rule (every
+rung exhausts its legal work: ``negotiate(..., exhaust_rungs=True)``, for comparison only).
+Every real conversation, whole, at budgets of ``LANDING_FRACTIONS`` of the provider's count
+of it, with ``max_tokens`` = ``max_tokens_fallback`` = the provider's hard input limit =
+that budget (so the first count is over the limit too); same simulated provider, no
+``fit_output``, transaction committed. Per request: the outcome, ``measured_after /
+target``, ``count_calls``, and whether the final count is over the limit; a request that
+fails closed (``ProviderLimitError``: the protected floor alone is over the limit) is
+counted apart. ``below_half`` lists the target-reached requests that kept less than half
+of the target, with the conversation's largest message (provider tokens), since one
+message larger than half the target can force it.
 """
 
 from __future__ import annotations
@@ -44,8 +57,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from amplifier_module_context_simple import SimpleContextManager
+from amplifier_module_context_simple import ProviderLimitError, SimpleContextManager
 from amplifier_module_context_simple.cli import tallied_warnings
+from amplifier_module_context_simple.negotiator.driver import negotiate
 from benchmarks import histories, real
 from benchmarks.provider import Counter
 
@@ -57,6 +71,9 @@ REAL_BUDGETS = 8
 BUDGET_DIVISOR = (1.1, 3.5)
 NOTICE_RESERVE = 800  # the module's default compaction_notice_token_reserve
 WITHIN = 0.05
+LANDING_FRACTIONS = (0.6, 0.3, 0.1)
+POLICIES = ("default", "count_every_rung", "old rule")
+FAILED = "failed_closed"
 
 
 class BpeProvider:
@@ -306,13 +323,139 @@ def run_real(conversations: Sequence[real.Conversation], budgets: int = REAL_BUD
     return Summary("real", done, list(tally.tally.values()))
 
 
+@dataclass(frozen=True)
+class Landing:
+    """One negotiated request of the landing benchmark (module docstring)."""
+
+    policy: str
+    source: str
+    fraction: float
+    budget: int
+    outcome: str
+    target: int
+    final: int | None
+    """``measured_after`` (None when the request failed closed)."""
+    counts: int
+    largest: int
+    """The provider's count of the conversation's largest message."""
+
+    @property
+    def landed(self) -> float:
+        assert self.final is not None
+        return self.final / self.target
+
+    @property
+    def over_limit(self) -> bool:
+        return self.final is not None and self.final > self.budget
+
+
+@dataclass(frozen=True)
+class LandingSummary:
+    """The landing requests of one policy."""
+
+    policy: str
+    cases: list[Landing]
+
+    @property
+    def reached(self) -> list[Landing]:
+        return [c for c in self.cases if c.outcome == "target_reached"]
+
+    def landed(self) -> list[float]:
+        return [c.landed for c in self.reached]
+
+    @property
+    def counts(self) -> list[int]:
+        return [c.counts for c in self.cases if c.outcome != FAILED]
+
+    @property
+    def over_limit(self) -> int:
+        return sum(c.over_limit for c in self.cases)
+
+    @property
+    def below_half(self) -> list[Landing]:
+        return [c for c in self.reached if c.landed < 0.5]
+
+    def outcomes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in self.cases:
+            out[c.outcome] = out.get(c.outcome, 0) + 1
+        return dict(sorted(out.items()))
+
+
+async def _land(
+    messages: list[dict[str, Any]], provider: BpeProvider, budget: int, policy: str
+) -> tuple[str, int, int | None, int]:
+    """One request under ``policy``: (outcome, target, final count, counts)."""
+    manager = SimpleContextManager(
+        token_meter="actual",
+        max_tokens=budget,
+        max_tokens_fallback=budget,
+        count_every_rung=policy == "count_every_rung",
+    )
+    await manager.set_messages(messages)
+    calls = 0
+
+    async def count_view(view: list[dict[str, Any]]) -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0)  # a provider's count is an await
+        return provider.envelope(view, budget, budget)
+
+    seam = await manager.open_negotiation(None, [])
+    try:
+        result = await negotiate(seam, count_view=count_view, exhaust_rungs=policy == "old rule")
+    except ProviderLimitError:
+        return FAILED, seam.target, None, calls
+    transaction = result["transaction"]
+    if transaction is not None:
+        assert await transaction.commit(), "the transaction did not commit"
+    return result["outcome"], result["target"], result["measured_after"], result["count_calls"]
+
+
+def run_landing(conversations: Sequence[real.Conversation]) -> list[LandingSummary]:
+    """Every conversation at every ``LANDING_FRACTIONS`` budget, under every policy."""
+    provider = BpeProvider()
+
+    async def main() -> list[Landing]:
+        out: list[Landing] = []
+        for conversation in conversations:
+            messages = conversation.messages
+            whole = provider.count(messages)
+            largest = max(provider.counter.message_tokens(m) for m in messages)
+            for fraction in LANDING_FRACTIONS:
+                budget = int(whole * fraction)
+                for policy in POLICIES:
+                    outcome, target, final, counts = await _land(messages, provider, budget, policy)
+                    out.append(
+                        Landing(
+                            policy,
+                            conversation.name,
+                            fraction,
+                            budget,
+                            outcome,
+                            target,
+                            final,
+                            counts,
+                            largest,
+                        )
+                    )
+        return out  # noqa: ASYNC910 - the benchmark's only task: nothing cancels it
+
+    with tallied_warnings():
+        done = asyncio.run(main())
+    return [LandingSummary(p, [c for c in done if c.policy == p]) for p in POLICIES]
+
+
 __all__ = [
     "BpeProvider",
     "Case",
+    "Landing",
+    "LandingSummary",
     "Summary",
     "budget_for",
     "negotiate_case",
     "run",
     "run_case",
+    "run_landing",
     "run_real",
 ]

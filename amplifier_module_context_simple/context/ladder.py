@@ -15,9 +15,15 @@ rung  what it does
 8     stub machine-written user envelopes, then drop old stubs
 ====  ==========================================================================
 
-The ordinary path climbs rung by rung and stops as soon as the view fits the target; the
-negotiated path applies one rung at a time and lets each exhaust its legal work, because
-only the provider's count can say whether it was enough.
+Every rung works oldest first and stops as soon as the view fits ``target``. The ordinary
+path climbs rung by rung to its target. The negotiated path applies one rung at a time
+with a target in our estimate's units (the provider's target over the calibrated count /
+estimate ratio) and, when the provider's count of the result is still above it, lowers
+the target and applies the same rung again: the rung continues from where it stopped.
+What a rung may touch is frozen when it is first applied (its result quarter, its
+protected window as seqs, rung 8's boundary), so a rung applied in pieces touches exactly
+a prefix, oldest first, of what it touches applied whole. A target of -1 lets a rung
+exhaust its legal work (the existing module's rule, kept for comparison).
 
 What never changes: system messages (they are not in the working list), request-protected
 messages (first and latest human prompt, retained envelopes, and whatever else the caller
@@ -80,6 +86,36 @@ class Item:
     cache and the decisions, so that merging allocates nothing per message)."""
 
 
+@dataclass(slots=True)
+class _Scope:
+    """What one rung may touch, frozen when the rung is first applied, and how far it got.
+
+    A rung is one or two phases; each phase is prepared once (``items``, the candidates it
+    walks oldest first, and what it protects) and run from ``cursor``.
+    """
+
+    phase: int = 0
+    prepared: bool = False
+    cursor: int = 0
+    items: list[Item] = field(default_factory=list)
+    keep: frozenset[int] = frozenset()
+    """Seqs the phase protects (a removal pass's window, rung 8's human bounds)."""
+    groups: dict[int, list[Item]] = field(default_factory=dict)
+    last_user: int | None = None
+    """Rung 8: the seq of the last user turn (never stubbed)."""
+    boundary: int = 0
+    """Rung 8: how many of the oldest items its second half may drop stubs from."""
+
+    def next_phase(self) -> None:
+        self.phase += 1
+        self.prepared = False
+        self.cursor = 0
+
+
+_Phase = tuple[Callable[[_Scope], Steps[None]], Callable[[_Scope], Steps[bool]]]
+"""A rung's phase: prepare its scope (once), then run it (True: it went through it all)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LadderParams:
     protected_recent: float
@@ -119,6 +155,10 @@ class Ladder:
     """Protected tool results ``reducing_floor`` truncated."""
     floor_removed: int = 0
     """Messages ``reducing_floor`` removed or stubbed."""
+    edits: int = 0
+    """Reductions made so far (a removal that supersedes a reduced form counts too)."""
+    _scopes: dict[int, _Scope] = field(default_factory=dict)
+    """Each applied rung's frozen scope and progress."""
 
     @property
     def fits(self) -> bool:
@@ -143,34 +183,58 @@ class Ladder:
             yield
 
     def apply(self, rung: int) -> bool:
-        """Apply one rung; return whether it changed anything."""
+        """Apply one rung (or continue it); return whether it changed anything."""
         return run_through(self.applying(rung))
 
     def applying(self, rung: int) -> Steps[bool]:
-        """``apply`` as steps."""
+        """``apply`` as steps.
+
+        A rung works oldest first and stops as soon as the view fits ``target``. What it
+        may touch is frozen when it is first applied (``_Scope``); applying it again
+        continues from where it stopped, within that scope, so a rung applied in pieces
+        (the target lowered between them) touches exactly a prefix of what it touches
+        applied whole. A rung that went through its whole scope is ``exhausted`` and
+        applying it again changes nothing.
+        """
         if rung not in range(1, RUNG_COUNT + 1):
             raise ValueError(f"unknown compaction rung {rung!r}; rungs are 1..{RUNG_COUNT}")
-        before = self.changes
+        before = self.edits
         self.level = max(self.level, rung)
+        scope = self._scopes.setdefault(rung, _Scope())
+        phases = self._phases(rung)
+        while scope.phase < len(phases):
+            prepare, run = phases[scope.phase]
+            if not scope.prepared:
+                yield from prepare(scope)
+                scope.prepared = True
+            if not (yield from run(scope)):
+                break  # stopped at the target; the scope stays for a continuation
+            scope.next_phase()
+        return self.edits != before
+
+    def exhausted(self, rung: int) -> bool:
+        """Whether ``rung`` went through everything it may touch (so applying it again
+        changes nothing)."""
+        scope = self._scopes.get(rung)
+        return scope is not None and scope.phase >= len(self._phases(rung))
+
+    def _phases(self, rung: int) -> tuple[_Phase, ...]:
+        """The phases of ``rung``: each a ``(prepare, run)`` pair (module docstring)."""
         fraction = self.params.protected_recent
-        if rung == 1:
-            yield from self._truncate_wave(0.0, 0.25)
-        elif rung == 2:
-            yield from self._truncate_wave(0.25, 0.50)
-        elif rung == 3:
-            yield from self._removal_pass(fraction)
-        elif rung == 4:
-            yield from self._truncate_wave(0.50, 0.75)
-        elif rung == 5:
-            yield from self._removal_pass(fraction * 0.6)
-        elif rung == 6:
-            yield from self._truncate_wave(0.0, 1.0)
-        elif rung == 7:
-            yield from self._removal_pass(fraction * 0.3)
-        else:
-            yield from self._stub_envelopes()
-            yield from self._drop_old_stubs(fraction * 0.3)
-        return self.changes != before
+        waves = {1: (0.0, 0.25), 2: (0.25, 0.50), 4: (0.50, 0.75), 6: (0.0, 1.0)}
+        if rung in waves:
+            lo, hi = waves[rung]
+            return ((lambda scope: self._wave_scope(scope, lo, hi), self._truncate_wave),)
+        if rung != RUNG_COUNT:
+            recent = fraction * {3: 1.0, 5: 0.6, 7: 0.3}[rung]
+            return (
+                (lambda scope: self._removal_scope(scope, recent), self._removal_pass),
+                (lambda scope: self._stub_scope(scope, recent), self._stub_pass),
+            )
+        return (
+            (self._envelope_scope, self._stub_envelopes),
+            (self._old_stub_scope, self._drop_old_stubs),
+        )
 
     def reducing_floor(self, limit: int) -> Steps[None]:
         """Past the eight rungs, when the view is over the whole ``limit``: reduce the floor.
@@ -212,12 +276,12 @@ class Ladder:
                 yield
             if self.fits:
                 break
-            if index in doomed or not self._is_user_turn(item) or self._untouchable(item):
+            if item.seq in doomed or not self._is_user_turn(item) or self._untouchable(item):
                 continue
-            members = groups.get(item.group, [index]) if item.info.result_ids else [index]
+            members = groups.get(item.group, [item]) if item.info.result_ids else [item]
             if item.info.result_ids and item.group in self.incomplete_groups:
                 continue
-            if any(self._untouchable(self.items[m]) for m in members if m != index):
+            if any(self._untouchable(m) for m in members if m is not item):
                 continue
             self._drop(members, doomed)
         yield from self._compact(doomed)
@@ -249,24 +313,24 @@ class Ladder:
                 self.truncated.add(item.seq)
                 self.floor_truncated.add(item.seq)
 
-    def _remove_oldest(self, groups: dict[int, list[int]]) -> Steps[None]:
+    def _remove_oldest(self, groups: dict[int, list[Item]]) -> Steps[None]:
         doomed: set[int] = set()
         for index, item in enumerate(self.items):
             if index % STRIDE == STRIDE - 1:
                 yield
             if self.fits:
                 break
-            if index in doomed or self._untouchable(item) or self._is_user_turn(item):
+            if item.seq in doomed or self._untouchable(item) or self._is_user_turn(item):
                 continue
             if item.info.call_ids or item.info.result_ids:
-                members = groups.get(item.group, [index])
+                members = groups.get(item.group, [item])
                 if item.group in self.incomplete_groups or any(
-                    self._untouchable(self.items[m]) for m in members
+                    self._untouchable(m) for m in members
                 ):
                     continue
                 self._drop(members, doomed)
             elif item.info.role == "assistant":
-                self._drop([index], doomed)
+                self._drop([item], doomed)
         yield from self._compact(doomed)
 
     # -- protection ------------------------------------------------------------
@@ -315,73 +379,121 @@ class Ladder:
 
     def _replace(self, item: Item, form: tuple[dict[str, Any], int], kind: FormName) -> None:
         message, tokens = form
+        self.edits += 1
         self.total += tokens - item.tokens
         item.message, item.tokens, item.form, item.reduced = message, tokens, kind, form
 
-    def _truncate_wave(self, lo: float, hi: float) -> Steps[None]:
+    # -- the rungs' phases: a scope frozen at the first application, then a run ------
+
+    def _wave_scope(self, scope: _Scope, lo: float, hi: float) -> Steps[None]:
+        """A truncation wave may touch the unprotected results of its quarter(s) of the
+        result positions, as they are when the rung is first applied."""
         positions = yield from self._result_positions()
         n = len(positions)
         protected_results = self._protected_results(positions)
-        for count, index in enumerate(positions[int(n * lo) : int(n * hi)]):
-            if count % HEAVY_STRIDE == HEAVY_STRIDE - 1:
+        items = self.items
+        scope.items = [
+            items[index]
+            for index in positions[int(n * lo) : int(n * hi)]
+            if index not in protected_results and items[index].seq not in self.protected
+        ]
+
+    def _truncate_wave(self, scope: _Scope) -> Steps[bool]:
+        for index in range(scope.cursor, len(scope.items)):
+            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
                 yield
             if self.fits:
-                return
-            item = self.items[index]
-            if index in protected_results or item.seq in self.protected or item.form != "full":
+                scope.cursor = index
+                return False
+            item = scope.items[index]
+            if item.form != "full":
                 continue
             form = self.truncate(item)
             if form is not None:
                 self._replace(item, form, "truncated")
                 self.truncated.add(item.seq)
+        return True
 
-    def _groups(self) -> Steps[dict[int, list[int]]]:
-        """Item indices by tool group, for the items in a tool group."""
-        groups: dict[int, list[int]] = {}
+    def _groups(self) -> Steps[dict[int, list[Item]]]:
+        """The items of each tool group, by group id, in view order."""
+        groups: dict[int, list[Item]] = {}
         for index, item in enumerate(self.items):
             if index % _CHUNK == _CHUNK - 1:
                 yield
             if item.info.call_ids or item.info.result_ids:
-                groups.setdefault(item.group, []).append(index)
+                groups.setdefault(item.group, []).append(item)
         return groups
 
-    def _removal_pass(self, fraction: float) -> Steps[None]:
-        protected = yield from self._protected_positions(fraction)
-        groups = yield from self._groups()
+    def _keep_seqs(self, fraction: float) -> Steps[frozenset[int]]:
+        """The seqs of the items ``_protected_positions(fraction)`` protects now."""
+        positions = yield from self._protected_positions(fraction)
+        items = self.items
+        return frozenset(items[index].seq for index in positions)
+
+    def _removal_scope(self, scope: _Scope, fraction: float) -> Steps[None]:
+        """A removal pass may remove what lies outside the recent window and the other
+        protections as they are when the rung is first applied (kept as seqs, so a
+        continuation after some removals does not move the window)."""
+        scope.keep = yield from self._keep_seqs(fraction)
+        scope.groups = yield from self._groups()
+        scope.items = list(self.items)
+
+    def _removal_pass(self, scope: _Scope) -> Steps[bool]:
+        keep, groups, removed = scope.keep, scope.groups, self.removed
         doomed: set[int] = set()
-        for index, item in enumerate(self.items):
+        done = True
+        for index in range(scope.cursor, len(scope.items)):
             if index % STRIDE == STRIDE - 1:
                 yield
             if self.fits:
+                scope.cursor, done = index, False
                 break
-            if index in protected or index in doomed:
-                continue
-            info = item.info
-            if self._is_user_turn(item):
+            item = scope.items[index]
+            if item.seq in keep or item.seq in removed or self._is_user_turn(item):
                 continue  # user turns are stubbed, never removed by a pass
+            info = item.info
             if info.call_ids or info.result_ids:
-                members = groups.get(item.group, [index])
+                members = groups.get(item.group, [item])
                 if (
                     item.group in self.incomplete_groups
-                    or any(m in protected for m in members)
-                    or any(self._is_user_turn(self.items[m]) for m in members)
+                    or any(m.seq in keep for m in members)
+                    or any(self._is_user_turn(m) for m in members)
                 ):
                     continue  # a group holding a user's own words stays whole, in place
                 self._drop(members, doomed)
             else:
-                self._drop([index], doomed)
+                self._drop([item], doomed)
         yield from self._compact(doomed)
-        yield from self._stub_pass(fraction)
+        return done
+
+    def _stub_scope(self, scope: _Scope, fraction: float) -> Steps[None]:
+        """A removal pass's stubs: the user turns outside the same window, recomputed on
+        the view its removals left (as when the pass runs whole)."""
+        scope.keep = yield from self._keep_seqs(fraction)
+        scope.items = list(self.items)
+
+    def _stub_pass(self, scope: _Scope) -> Steps[bool]:
+        for index in range(scope.cursor, len(scope.items)):
+            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
+                yield
+            if self.fits:
+                scope.cursor = index
+                return False
+            item = scope.items[index]
+            if item.seq not in scope.keep and item.form == "full" and self._is_user_turn(item):
+                self._stub(item)
+        return True
 
     @staticmethod
     def _is_user_turn(item: Item) -> bool:
         """A user message that is more than tool results (never removed by a pass)."""
         return item.info.role == "user" and not item.info.is_result_carrier
 
-    def _drop(self, indices: Iterable[int], doomed: set[int]) -> None:
-        for index in indices:
-            item = self.items[index]
-            doomed.add(index)
+    def _drop(self, items: Iterable[Item], doomed: set[int]) -> None:
+        """Remove ``items`` (their seqs join ``doomed``, for ``_compact``)."""
+        for item in items:
+            doomed.add(item.seq)
+            self.edits += 1
             self.total -= item.tokens
             self.removed.add(item.seq)
             # removal supersedes an earlier reduced form of the same message
@@ -390,30 +502,15 @@ class Ladder:
             self.floor_truncated.discard(item.seq)
 
     def _compact(self, doomed: set[int]) -> Steps[None]:
+        """Take the items whose seqs are in ``doomed`` out of the working list."""
         if not doomed:
             return
         items = self.items
         kept: list[Item] = []
         for start in range(0, len(items), _CHUNK):
-            kept.extend(
-                item
-                for i, item in enumerate(items[start : start + _CHUNK], start)
-                if i not in doomed
-            )
+            kept.extend(item for item in items[start : start + _CHUNK] if item.seq not in doomed)
             yield
         self.items = kept
-
-    def _stub_pass(self, fraction: float) -> Steps[None]:
-        protected = yield from self._protected_positions(fraction)
-        for index, item in enumerate(self.items):
-            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
-                yield
-            if self.fits:
-                return
-            if index in protected or item.form != "full":
-                continue
-            if item.info.role == "user" and not item.info.is_result_carrier:
-                self._stub(item)
 
     def _stub(self, item: Item) -> None:
         form = self.stub(item)
@@ -428,40 +525,66 @@ class Ladder:
                 return index
         return None
 
-    def _stub_envelopes(self) -> Steps[None]:
-        """Rung 8, first half: stub machine-written user turns that nobody retains."""
+    def _envelope_scope(self, scope: _Scope) -> Steps[None]:
+        """Rung 8 may stub the machine-written user turns before the last user turn, and
+        then drop stubs before the narrowest recent window; both as the view is when the
+        rung is first applied (stubbing leaves the list's length as it is)."""
         last_user = self._last_user_position()
-        for index, item in enumerate(self.items):
+        keep = self._human_bounds()
+        if last_user is not None:
+            keep.add(last_user)
+        items = self.items
+        scope.keep = frozenset(items[index].seq for index in keep)
+        scope.last_user = None if last_user is None else items[last_user].seq
+        scope.boundary = int(len(items) * (1 - self.params.protected_recent * 0.3))
+        scope.items = list(items)
+        yield
+
+    def _stub_envelopes(self, scope: _Scope) -> Steps[bool]:
+        """Rung 8, first half: stub machine-written user turns that nobody retains."""
+        for index in range(scope.cursor, len(scope.items)):
             if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
                 yield
             if self.fits:
-                return
+                scope.cursor = index
+                return False
+            item = scope.items[index]
             info = item.info
             if (
                 info.role != "user"
                 or info.is_human
                 or info.is_result_carrier
-                or index == last_user
+                or item.seq == scope.last_user
                 or item.seq in self.protected
                 or item.form != "full"
             ):
                 continue
             self._stub(item)
+        return True
 
-    def _drop_old_stubs(self, fraction: float) -> Steps[None]:
+    def _old_stub_scope(self, scope: _Scope) -> Steps[None]:
+        """Rung 8, second half: the items before the boundary frozen at its first
+        application."""
+        scope.items = self.items[: min(scope.boundary, len(self.items))]
+        yield
+
+    def _drop_old_stubs(self, scope: _Scope) -> Steps[bool]:
         """Rung 8, second half: drop stubs older than the narrowest recent window."""
-        boundary = int(len(self.items) * (1 - fraction))
-        keep = self._human_bounds()
-        last_user = self._last_user_position()
-        if last_user is not None:
-            keep.add(last_user)
         doomed: set[int] = set()
-        for index in range(min(boundary, len(self.items))):
+        done = True
+        for index in range(scope.cursor, len(scope.items)):
             if index % STRIDE == STRIDE - 1:
                 yield
             if self.fits:
+                scope.cursor, done = index, False
                 break
-            item = self.items[index]
-            if item.form == "stubbed" and index not in keep and item.seq not in self.protected:
-                self._drop([index], doomed)
+            item = scope.items[index]
+            if (
+                item.form == "stubbed"
+                and item.seq not in scope.keep
+                and item.seq not in self.protected
+                and item.seq not in self.removed
+            ):
+                self._drop([item], doomed)
         yield from self._compact(doomed)
+        return done

@@ -20,6 +20,7 @@ paused one stays consistent; whether the store moved meanwhile is the transactio
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -78,6 +79,8 @@ class Negotiable:
         self._base_tokens = 0
         self._limit = plan.budget
         self._base: Candidate | None = None
+        self._notice = 0
+        """A candidate's estimate less the ladder's total (its tail notice), last seen."""
 
     @property
     def base(self) -> Candidate:
@@ -133,19 +136,43 @@ class Negotiable:
             self._ladder = yield from self._store._laddering(
                 self._plan, self._plan.decisions, target=-1, extra_protected=self._developers
             )
+            self._notice = self.base.estimate - self._ladder.total
         return self._ladder
 
-    def step(self, rung: int) -> Candidate | None:
-        """Apply one rung to the working ladder; the new candidate, or None if unchanged."""
-        return run_through(self.stepping(rung))
+    def step(self, rung: int, goal: float | None = None) -> Candidate | None:
+        """Apply (or continue) one rung of the working ladder; the new candidate, or None
+        if nothing changed.
 
-    def stepping(self, rung: int) -> Steps[Candidate | None]:
+        ``goal`` is the most the candidate may weigh in our estimate's units, its notice
+        included (the target over the calibrated count / estimate ratio): the rung works
+        oldest first and stops once the candidate is predicted at or under it, and a
+        later call continues it from there (``exhausted`` says when it has nothing left).
+        ``goal=None`` lets the rung exhaust its legal work (the existing module's rule).
+        """
+        return run_through(self.stepping(rung, goal))
+
+    def stepping(self, rung: int, goal: float | None = None) -> Steps[Candidate | None]:
         """``step`` as steps."""
         ladder = yield from self._laddered()
-        if not (yield from ladder.applying(rung)):
-            return None
-        merged = yield from self._plan.decisions.merging(ladder)
-        return (yield from self._candidate(merged))
+        before = ladder.edits
+        candidate: Candidate | None = None
+        while True:
+            # The ladder's total leaves out the tail notice a candidate carries: take the
+            # notice as large as on the last candidate, then check on the new one.
+            ladder.target = -1 if goal is None else math.floor(goal) - self._notice
+            yield from ladder.applying(rung)
+            if ladder.edits == before:
+                return candidate
+            before = ladder.edits
+            merged = yield from self._plan.decisions.merging(ladder)
+            candidate = yield from self._candidate(merged)
+            self._notice = candidate.estimate - ladder.total
+            if goal is None or candidate.estimate <= goal or ladder.exhausted(rung):
+                return candidate
+
+    def exhausted(self, rung: int) -> bool:
+        """Whether ``rung`` went through everything it may touch on the working ladder."""
+        return self._ladder is not None and self._ladder.exhausted(rung)
 
     def reducing_floor(self, limit: int) -> Steps[Candidate | None]:
         """Reduce the protected floor below ``limit`` (our estimate's units); the notice

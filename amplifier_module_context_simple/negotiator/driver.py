@@ -5,8 +5,17 @@
 counts the complete request with the provider; when the count is over the trigger, it
 reduces the candidate with the eight legal rungs until a count fits the target, then
 offers ``fit_output`` once when the request is still over the provider's hard limit,
-and finally reduces the protected floor itself. It awaits only through its seams
-(``count_view``, ``fit_output`` and the return boundary's event delivery) and between the
+and finally reduces the protected floor itself.
+
+Rungs stop at the target: each rung works oldest first and stops once the candidate's
+calibrated prediction (our estimate, notice included, times the last count's
+``count / estimate``) reaches the target - or the provider's hard limit, when that is
+lower. A counted candidate still above it continues the same rung, recalibrated, before
+the next rung; a rung that has nothing left moves on. ``negotiate(...,
+exhaust_rungs=True)`` keeps the existing module's rule, every rung exhausting its legal
+work, for comparison (the benchmarks); it is not a configuration key.
+
+It awaits only through its seams (``count_view``, ``fit_output`` and the return boundary's event delivery) and between the
 slices of the work that grows with the history (each rung, each candidate, the final
 stats: ``Negotiable.pace``). Everything it keeps is staged in the transaction, whose
 REDUCE and FINISH entries check, like a count's, that the history was not replaced while
@@ -15,11 +24,16 @@ rolls the transaction back.
 
 Fewer counts: a count is a network round trip. After the first measured count the
 driver calibrates its own estimate against the provider (``count / estimate``) and does
-not count a rung whose calibrated prediction stays above the target by more than
-``SKIP_MARGIN``; it always counts the candidate it returns. ``count_every_rung: true``
-turns skipping off (count every rung that changed something, as the existing module
-does). Either way there are at most nine base counts, plus at most ``FLOOR_COUNTS``
-while the floor is reduced.
+not count a candidate whose calibrated prediction stays above the target by more than
+``SKIP_MARGIN`` (a rung that exhausted its work short of it); it always counts the
+candidate it returns. ``count_every_rung: true``
+turns skipping off (count every candidate that changed something, as the existing module
+counts every rung). Either way there are at most ``MAX_COUNTS`` (nine) base counts, plus
+at most ``FLOOR_COUNTS`` while the floor is reduced: the last base count is always of the
+candidate the rungs return, so with one left the remaining rungs (the current one
+included) exhaust their work uncounted and only their result is counted - an honest
+``target_reached`` or ``protected_floor``, at the price of a view that may land below
+the target in that rare case.
 
 This module knows views, estimates and the seam; it imports nothing else from
 ``context``.
@@ -55,6 +69,9 @@ FitOutput = Callable[[list[dict[str, Any]], Any], Awaitable[Any]]
 Outcome = Literal[
     "not_needed", "target_reached", "protected_floor", "reduced_output", "measurement_unavailable"
 ]
+
+MAX_COUNTS: Final = 9
+"""Base counts per request at most: the first and eight more (the floor's are apart)."""
 
 FLOOR_COUNTS: Final = 3
 """Counts spent at most on reducing the protected floor below the provider's limit."""
@@ -195,11 +212,32 @@ class Attempt:
 # -- the driver --------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
+class _Climb:
+    """Where the rungs stand: the last counted attempt, its measurement, the calibration
+    (``count / estimate``) and the staged candidate not yet counted, if any."""
+
+    last: Attempt
+    measured: Measured
+    ratio: float
+    pending: Candidate | None = None
+
+
 class Negotiation:
     """One run of the negotiated path over a planned request (used once)."""
 
-    def __init__(self, seam: Negotiable, count_view: CountView, fit_output: FitOutput | None):
+    def __init__(
+        self,
+        seam: Negotiable,
+        count_view: CountView,
+        fit_output: FitOutput | None,
+        *,
+        exhaust_rungs: bool = False,
+    ):
         self.seam = seam
+        self.exhaust_rungs = exhaust_rungs
+        """Each rung exhausts its legal work: the existing module's rule, for comparison
+        (benchmarks); not a configuration key."""
         self.count_view = count_view
         self.fit_output = fit_output
         self.machine = _Machine(seam)
@@ -268,35 +306,14 @@ class Negotiation:
         if first.count < self.seam.trigger and not first.oversize:
             return self.result(initial, "not_needed", before=first.count, after=first.count)
         estimate = initial.candidate.estimate
-        ratio = first.count / estimate if estimate > 0 else 1.0
-        last, measured = initial, first
-        staged = self.seam.base
-        pending = False  # the staged candidate has not been counted
+        climb = _Climb(initial, first, first.count / estimate if estimate > 0 else 1.0)
         for rung in self.seam.rungs:
-            candidate = await self.seam.pace(self.seam.stepping(rung))
-            if candidate is None:
-                continue
-            staged = candidate
-            self.machine.stage(staged)
-            pending = True
-            predicted = staged.estimate * ratio
-            if (
-                self.seam.skip_counts
-                and rung < self.seam.rungs[-1]
-                and predicted > self.seam.target * (1 + SKIP_MARGIN)
-            ):
-                continue  # predicted to stay above target: don't spend a round trip
-            last = await self.count(staged)
-            pending = False
-            if not isinstance(last.decision, Measured):
-                return self._recount_unavailable(initial)
-            measured = last.decision
-            if staged.estimate > 0:
-                ratio = measured.count / staged.estimate
-            if measured.count <= self.seam.target and not measured.oversize:
-                return await self._finish(initial, first, last, measured, "target_reached")
-        if pending:  # the last changed rung was predicted above target; count it anyway
-            last = await self.count(staged)
+            done = await self._climb(rung, climb, initial, first)
+            if done is not None:
+                return done
+        last, measured = climb.last, climb.measured
+        if climb.pending is not None:  # predicted above target; count it anyway
+            last = await self.count(climb.pending)
             if not isinstance(last.decision, Measured):
                 return self._recount_unavailable(initial)
             measured = last.decision
@@ -307,6 +324,45 @@ class Negotiation:
         if not self.machine.has_changes:
             return self.result(initial, "protected_floor", before=first.count, after=first.count)
         return await self._finish(initial, first, last, measured, "protected_floor")
+
+    async def _climb(
+        self, rung: int, climb: _Climb, initial: Attempt, first: Measured
+    ) -> dict[str, Any] | None:
+        """Apply ``rung`` (and continue it while a count lands above the target); the
+        result when the request is decided, None to go on with the next rung."""
+        target = self.seam.target
+        while True:
+            # The last base count is the returned candidate's: with one left, every
+            # remaining rung exhausts its work and only the result is counted.
+            closing = self.count_calls >= MAX_COUNTS - 1
+            aim = None if self.exhaust_rungs or closing else _aim(target, climb.measured)
+            goal = None if aim is None else aim / climb.ratio
+            staged = await self.seam.pace(self.seam.stepping(rung, goal))
+            if staged is None:
+                return None
+            self.machine.stage(staged)
+            climb.pending = staged
+            done = goal is None or self.seam.exhausted(rung)
+            if closing or (
+                self.seam.skip_counts
+                and rung < self.seam.rungs[-1]
+                and staged.estimate * climb.ratio > target * (1 + SKIP_MARGIN)
+            ):
+                if done:  # predicted to stay above target: don't spend a round trip
+                    return None
+                continue
+            climb.last = last = await self.count(staged)
+            climb.pending = None
+            if not isinstance(last.decision, Measured):
+                return self._recount_unavailable(initial)
+            climb.measured = measured = last.decision
+            if staged.estimate > 0:
+                climb.ratio = measured.count / staged.estimate
+            if measured.count <= target and not measured.oversize:
+                return await self._finish(initial, first, last, measured, "target_reached")
+            if done:
+                return None  # above target with this rung's work done: the next rung
+            # above target: the same rung continues, recalibrated
 
     async def _finish(
         self,
@@ -481,6 +537,14 @@ class Negotiation:
         )
 
 
+def _aim(target: int, measured: Measured) -> float:
+    """Where a rung stops, in the provider's counts: the target, or the provider's hard
+    limit when that is lower (in the count's units: ``count / estimated`` of it)."""
+    if measured.estimated <= 0:
+        return target
+    return min(target, measured.limit * measured.count / measured.estimated)
+
+
 def _unmeasured_oversize(attempt: Attempt, *, rung: int) -> ProviderLimitError:
     return ProviderLimitError(
         f"{CANNOT_FIT}.",
@@ -505,9 +569,18 @@ def check_seams(count_view: object, fit_output: object) -> None:
 
 
 async def negotiate(
-    seam: Negotiable, *, count_view: CountView, fit_output: FitOutput | None = None
+    seam: Negotiable,
+    *,
+    count_view: CountView,
+    fit_output: FitOutput | None = None,
+    exhaust_rungs: bool = False,
 ) -> dict[str, Any]:
     """Run the negotiated path over one planned request; see
-    ``SimpleContextManager.get_measured_request_view``."""
+    ``SimpleContextManager.get_measured_request_view``.
+
+    ``exhaust_rungs=True``: every rung exhausts its legal work, with no target check
+    inside a rung - the existing module's rule, for comparison (the benchmarks use it);
+    it is not a configuration key.
+    """
     check_seams(count_view, fit_output)
-    return await Negotiation(seam, count_view, fit_output).run()
+    return await Negotiation(seam, count_view, fit_output, exhaust_rungs=exhaust_rungs).run()

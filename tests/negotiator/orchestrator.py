@@ -95,6 +95,18 @@ def proportional(scale: float, *, limit: int = 1000, oversize: bool = False) -> 
     return rule
 
 
+def denser(scale: float, factor: float, *, below: int, limit: int = 1000) -> Rule:
+    """Count ``chars * scale``, times ``factor`` once the view has fewer than ``below``
+    messages or a reduced one: a provider whose count / estimate ratio rises as the view
+    shrinks, so a ratio calibrated on the full view under-predicts a reduced view."""
+
+    def rule(view: list[dict[str, Any]]) -> Decision:
+        reduced = len(view) < below or any("compaction" in (m.get("metadata") or {}) for m in view)
+        return decision(int(view_chars(view) * scale * (factor if reduced else 1)), limit=limit)
+
+    return rule
+
+
 def unavailable(*, estimated: int = 0, limit: int = 1000) -> Rule:
     """A provider that never has a usable count (old-style estimate/limit only)."""
 

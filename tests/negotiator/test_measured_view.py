@@ -1045,11 +1045,18 @@ ECONOMY = {
 }
 
 
+LANDING = 0.75
+"""A view that reaches its target keeps at least this much of it in the economy cases (the
+existing module's rule kept 0.31-0.63 of it in four of them)."""
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("name", list(ECONOMY))
 async def test_count_economy(name: str, anyio_backend: str) -> None:
     """Skipping rungs predicted to stay above target uses no more provider counts than
-    count-every-rung, and the returned view's measured size is within 5% of its size."""
+    count-every-rung, and under either policy a view that reaches its target lands at it:
+    its count is at most the target and at least ``LANDING`` of it (the cjk case's
+    protected floor is above the target: both policies end there, on the same view)."""
     history, max_tokens = ECONOMY[name]
     results = {}
     for every in (False, True):
@@ -1064,15 +1071,19 @@ async def test_count_economy(name: str, anyio_backend: str) -> None:
         orchestrator = Orchestrator(None, provider)
         results[every] = await measured(context, orchestrator.count_view, provider=provider)
     skipping, every_rung = results[False], results[True]
-    assert every_rung["outcome"] in ("target_reached", "protected_floor")
     print(
         f"ECONOMY {name}: counts {skipping['count_calls']} vs {every_rung['count_calls']}, "
         f"size {skipping['measured_after']} vs {every_rung['measured_after']}"
     )
     assert skipping["count_calls"] <= every_rung["count_calls"]
-    assert abs(skipping["measured_after"] - every_rung["measured_after"]) <= (
-        0.05 * every_rung["measured_after"]
-    )
+    if name == "cjk":
+        assert [r["outcome"] for r in (skipping, every_rung)] == ["protected_floor"] * 2
+        assert skipping["measured_after"] == every_rung["measured_after"]
+        return
+    for result in (skipping, every_rung):
+        assert result["outcome"] == "target_reached"
+        target = result["target"]
+        assert LANDING * target <= result["measured_after"] <= target
 
 
 # -- known bugs -----------------------------------------------------------------------------

@@ -32,6 +32,8 @@ ended: raised->before, boundary->after (the one cancellation landing in
     case                 points  seams (report = emit:orchestrator:provider_budget)
     not_needed              4    factory, count_view, emit:context:budget, report
     target_reached          7    factory, count_view x3, budget, report, compaction
+    continued               7    factory, count_view x3 (rung 5 stops above the target
+                                 and continues), budget, report, compaction
     target_every           10    factory, count_view x6, budget, report, compaction
     protected_floor         6    factory, count_view x2, budget, report, compaction
     floor_every            10    factory, count_view x6, budget, report, compaction
@@ -43,8 +45,8 @@ ended: raised->before, boundary->after (the one cancellation landing in
     seeded                  6    count_view x3, budget, report, compaction
     oversize_no_fit         2    factory, count_view (the request fails closed)
 
-80 await points per (mode, backend); 10 sweeps per case (error/cancel x transient/persistent
-x asyncio/trio, native x transient/persistent) = 800 faulted runs. ``CASES`` asserts each
+87 await points per (mode, backend); 10 sweeps per case (error/cancel x transient/persistent
+x asyncio/trio, native x transient/persistent) = 870 faulted runs. ``CASES`` asserts each
 count as a minimum. The deep tier adds a 48-case grid in every mode and the trio
 scheduler-step sweep (T5, ``testing.step_sweep``), which finds at least as many steps as
 seam hits.
@@ -83,6 +85,7 @@ from tests.negotiator.orchestrator import (
     Outcome,
     Rule,
     conversation,
+    denser,
     fitted,
     mount_context,
     proportional,
@@ -122,6 +125,8 @@ class Case:
     committed: bool | None = True
     """Whether the no-fault run commits a transaction (None: whatever it does)."""
     retain: tuple[str, ...] = ()
+    counts: int | None = None
+    """The no-fault run's provider counts, when the case depends on them."""
 
 
 BUSY = conversation(6, size=1200, rounds=2)
@@ -130,6 +135,7 @@ FLOOR = [
     *conversation(6, size=1200, rounds=1),
 ]
 REMINDER = "<system-reminders>Keep the answers short; cite file names.</system-reminders>"
+SMALL = conversation(12, size=300, rounds=3)
 RETAINED = [
     *conversation(6, size=1200, rounds=1)[:-1],
     {"role": "user", "content": REMINDER, "metadata": {"ephemeral": True, "persisted": True}},
@@ -167,6 +173,15 @@ CASES = [
         proportional(0.3, limit=4000),
         "target_reached",
         min_points=7,
+    ),
+    Case(
+        "continued",  # a count above target continues the same rung
+        {"max_tokens": 4000, "protected_tool_results": 1},
+        SMALL,
+        denser(0.3, 1.15, below=len(SMALL), limit=100_000),
+        "target_reached",
+        min_points=7,
+        counts=3,
     ),
     Case(
         "target_every",
@@ -321,6 +336,7 @@ def checker(case: Case) -> Any:
             assert trial.returned and outcome is not None, where
             assert case.outcome in (ANY, outcome.result["outcome"]), where
             assert outcome.dispatched, where
+            assert case.counts in (None, trial.plan.labels.count("count_view")), where
             committed = outcome.committed is True
             assert case.committed in (None, committed), where
             if committed:

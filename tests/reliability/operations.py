@@ -21,7 +21,7 @@ from amplifier_module_context_simple.testing import (
     SweepReport,
     sweep,
 )
-from tests.negotiator.orchestrator import fitted, proportional, unavailable
+from tests.negotiator.orchestrator import conversation, denser, fitted, proportional, unavailable
 from tests.reliability.harness import (
     LIMIT,
     REMINDER,
@@ -37,6 +37,8 @@ from tests.reliability.harness import (
 HISTORY = tuple(mixed_history(1200))
 PENDING = tuple(mixed_history(1200, pending=True))
 SMALL = tuple(small_history())
+GROUPS = tuple(conversation(12, size=300, rounds=3))
+"""36 small tool groups: the removal passes stop one group at a time."""
 CONFIG = (("protected_tool_results", 1),)
 MEASURED = (("protected_tool_results", 1), ("max_tokens", 3000))
 EVERY_RUNG = (*MEASURED, ("count_every_rung", True))
@@ -75,6 +77,15 @@ OPERATIONS = [
         rule=proportional(0.3, limit=LIMIT),
         outcome="target_reached",
         min_points=4,
+    ),
+    Operation(
+        "measured/continued",  # a count above target continues the same rung (5)
+        "measured",
+        GROUPS,
+        (("protected_tool_results", 1), ("max_tokens", 4000)),
+        rule=denser(0.3, 1.15, below=len(GROUPS), limit=LIMIT),
+        outcome="target_reached",
+        min_points=5,
     ),
     Operation(
         "measured/every-rung",

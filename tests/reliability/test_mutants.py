@@ -53,7 +53,7 @@ import amplifier_module_context_simple.context.store as manager_module
 import amplifier_module_context_simple.negotiator.driver as driver_module
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.decisions import Decisions
-from amplifier_module_context_simple.context.ladder import Ladder
+from amplifier_module_context_simple.context.ladder import Item, Ladder
 from amplifier_module_context_simple.context.negotiable import Negotiable
 from amplifier_module_context_simple.context.render import Rendered
 from amplifier_module_context_simple.context.slices import Steps
@@ -516,13 +516,13 @@ def test_the_state_machine_catches_an_illegal_event_with_an_effect(
 # -- T9/T10 ---------------------------------------------------------------------------------------
 
 
-def ungrouped(self: Ladder) -> Steps[dict[int, list[int]]]:
+def ungrouped(self: Ladder) -> Steps[dict[int, list[Item]]]:
     """MUTANT: every message is a tool group of its own (pairing ignored)."""
-    groups: dict[int, list[int]] = {}
-    for index, item in enumerate(self.items):
+    groups: dict[int, list[Item]] = {}
+    for item in self.items:
         item.group = item.seq
         if item.info.call_ids or item.info.result_ids:
-            groups.setdefault(item.group, []).append(index)
+            groups.setdefault(item.group, []).append(item)
     yield
     return groups
 
