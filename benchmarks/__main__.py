@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from benchmarks import calibrate, negotiation, real, timing
+from benchmarks import calibrate, economics, negotiation, real, timing
 from benchmarks import load as load_bench
 from benchmarks.timing import SizeResult
 
@@ -46,6 +46,7 @@ SCALING_LIMIT = 5.0
 MEMORY_FRACTION_LIMIT = 0.20
 MEDIAN_COUNTS_LIMIT = 2
 WITHIN_FRACTION_TARGET = 0.95
+ECONOMICS_BREAKS_LIMIT = 10.0
 LANDED_MEDIAN_TARGET = 0.85
 """A target-reached view keeps at least this much of its target (median)."""
 BELOW_HALF_LIMIT = 0.10
@@ -239,6 +240,37 @@ def negotiation_targets(summary: negotiation.Summary) -> list[Target]:
             f"{within:.1%}",
             f">= {WITHIN_FRACTION_TARGET:.0%} of requests",
             within >= WITHIN_FRACTION_TARGET,
+        ),
+    ]
+
+
+def economics_targets(summary: economics.Summary) -> list[Target]:
+    """No trimmer both cheaper and keeping more context; few cache breaks at small budgets."""
+    small = economics.SMALL // 1000
+    return [
+        Target(
+            "economics: cases a trimmer is cheaper AND keeps more mean context",
+            f"{summary.dominated} of {summary.cases}",
+            "0",
+            summary.dominated == 0,
+        ),
+        Target(
+            f"economics: module cache breaks / 100 requests at <= {small}k (median)",
+            f"{summary.module_breaks_small:.1f} (hy50 {summary.hy50_breaks_small:.1f})",
+            "<= 10",
+            summary.module_breaks_small <= ECONOMICS_BREAKS_LIMIT,
+        ),
+        Target(
+            "economics, negotiated path: cases a trimmer is cheaper AND keeps more",
+            f"{summary.negotiated_dominated} of {summary.cases}",
+            "0",
+            summary.negotiated_dominated == 0,
+        ),
+        Target(
+            f"economics, negotiated path: cache breaks / 100 requests at <= {small}k",
+            f"{summary.negotiated_breaks_small:.1f}",
+            "<= 10",
+            summary.negotiated_breaks_small <= ECONOMICS_BREAKS_LIMIT,
         ),
     ]
 
@@ -611,6 +643,16 @@ Legend
   that did not fail.
   "first count differs": the module's full view is not the history as given (it
   answers interrupted calls, renames reused call ids), so its count differs.
+- Economics (benchmarks/economics.py): every real conversation at every budget B of 8k to
+  200k it does not fit whole (provider count of the whole > B); requests before each
+  assistant message and at the end (the replay CLI's cadence), default configuration with
+  max_tokens = B. Trimmers (decide with the module's estimator): pr50/pr90 per request to
+  0.5/0.9 x B; hy50/hy90 with hysteresis (everything since the last trim; trim to 0.5/0.9
+  x B only when over B); equal = per-request trimmer at the module's mean context. All
+  measured with the independent counter; bill = exact-prefix cache, shared leading
+  messages read at 0.1, every other token written at 1.25. Cells: bill / mean context
+  relative to the module's, and cache breaks per 100 requests (prefix_breaks); * = the
+  trimmer is both cheaper and keeps more mean context.
 - Estimator (synthetic): benchmarks/calibrate.py calibration_rows() - estimate /
   o200k_base reference on its held-out corpus, per class and aggregate, with per-sample
   p5 / p95 (the reference tokenizes the texts the estimator selects).
@@ -654,6 +696,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     landing = negotiation.run_landing(conversations)
     phases.append(("negotiation", time.perf_counter() - t))
     t = time.perf_counter()
+    bills = economics.run(conversations)
+    bill_summary = economics.summarize(bills)
+    phases.append(("economics", time.perf_counter() - t))
+    t = time.perf_counter()
     rows = calibrate.calibration_rows()
     real_rows = real.estimator_rows(conversations)
     phases.append(("calibration", time.perf_counter() - t))
@@ -664,6 +710,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         *negotiation_targets(summary),
         *negotiation_targets(real_summary),
         *landing_targets(landing),
+        *economics_targets(bill_summary),
         calibration_target(rows),
         real_estimator_target(real_rows),
     ]
@@ -692,6 +739,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         [f"negotiated views: landing at target (real, {fractions})", *negotiation.POLICIES],
         landing_rows(landing),
     )
+    table.section(list(economics.HEADER), economics.rows(bills))
     table.section(
         [
             f"estimator vs {calibrate.ENCODING}",

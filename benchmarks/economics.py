@@ -46,6 +46,7 @@ from typing import Any, Final
 
 import anyio
 
+from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.cli import (
     Prices,
     Run,
@@ -59,6 +60,7 @@ from amplifier_module_context_simple.cli import (
     trimmed_views,
 )
 from amplifier_module_context_simple.context.estimate import estimate_message
+from amplifier_module_context_simple.errors import ProviderLimitError
 from benchmarks import real
 from benchmarks.provider import Counter
 
@@ -66,7 +68,12 @@ BUDGETS: Final = (8_000, 12_000, 16_000, 24_000, 32_000, 48_000, 64_000, 96_000,
 SMALL: Final = 16_000
 """Budgets up to this are the small ones of the breaks summary."""
 PRICES: Final = Prices(fresh=1.25, cache_read=0.1, cache_write=1.25)
-TRIMMERS: Final = (("pr50", 0.5, False), ("pr90", 0.9, False), ("hy50", 0.5, True), ("hy90", 0.9, True))
+TRIMMERS: Final = (
+    ("pr50", 0.5, False),
+    ("pr90", 0.9, False),
+    ("hy50", 0.5, True),
+    ("hy90", 0.9, True),
+)
 """(name, fraction f, with hysteresis)."""
 
 
@@ -89,7 +96,9 @@ class Case:
     whole: int
     """The provider's count of the whole conversation."""
     runs: tuple[Policy, ...]
-    """The module first, then ``TRIMMERS``, then ``equal``."""
+    """The module first, then ``TRIMMERS``, then ``equal``, then ``negotiated``."""
+    failed: int = 0
+    """Negotiated requests that failed closed (``ProviderLimitError``: not sent, not billed)."""
 
     @property
     def module(self) -> Policy:
@@ -101,13 +110,19 @@ class Case:
     @property
     def dominating(self) -> list[str]:
         """The trimmers that are both cheaper and keep more mean context than the module."""
-        module = self.module
+        return self.dominating_over("module")
+
+    def dominating_over(self, name: str) -> list[str]:
+        """The trimmers (``TRIMMERS``) both cheaper and keeping more mean context than run
+        ``name``."""
+        reference = self.run(name)
+        trimmers = {trimmer for trimmer, _, _ in TRIMMERS}
         return [
             run.name
-            for run in self.runs[1:]
-            if run.name != "equal"
-            and run.bill < module.bill
-            and run.mean_context > module.mean_context
+            for run in self.runs
+            if run.name in trimmers
+            and run.bill < reference.bill
+            and run.mean_context > reference.mean_context
         ]
 
 
@@ -161,28 +176,87 @@ async def replay_case(conversation: real.Conversation, budget: int, counter: Cou
     views = trimmed_views(histories, trigger=target, target=target, measure=measure)
     equal = baseline_run(module, histories, views, name="equal", description="equal")
     runs.append(_policy("equal", equal))
+    negotiated, failed = await replay_negotiated(conversation, budget, counter, module)
+    runs.append(_policy("negotiated", negotiated))
     return Case(
         conversation=conversation.name,
         budget=budget,
         requests=len(module.records),
         whole=counter.count_request(conversation.messages),
         runs=tuple(runs),
+        failed=failed,
     )
 
 
+async def replay_negotiated(
+    conversation: real.Conversation, budget: int, counter: Counter, module: Run
+) -> tuple[Run, int]:
+    """The negotiated path on the same requests: ``get_measured_request_view`` on a
+    ``token_meter: "actual"`` manager (``max_tokens`` = B), the provider's count being the
+    independent counter's count of the view with B as its hard input limit; every
+    transaction is committed and the counted view is what is sent. Billed like
+    ``module``; returns the run and how many requests failed closed."""
+    manager = SimpleContextManager(
+        token_meter="actual", max_tokens=budget, max_tokens_fallback=budget
+    )
+
+    async def count_view(view: list[dict[str, Any]]) -> dict[str, Any]:
+        await anyio.lowlevel.checkpoint()
+        count = counter.count_request(view)
+        measurement = {"kind": "provider_count", "source": "bench.o200k", "input_tokens": count}
+        decision = {
+            "estimated_input_tokens": count,
+            "input_limit_tokens": budget,
+            "measurement": measurement,
+        }
+        return {"dispatch": {"messages": len(view)}, "budget_decision": decision}
+
+    histories: list[list[dict[str, Any]]] = []
+    views: list[list[dict[str, Any]]] = []
+    failed = 0
+    held: list[dict[str, Any]] = []
+
+    async def request() -> None:
+        nonlocal failed
+        try:
+            result = await manager.get_measured_request_view(
+                provider=None, retain_contents=[], count_view=count_view
+            )
+        except ProviderLimitError:
+            failed += 1
+            return  # noqa: ASYNC910 - the request awaited the module just before
+        if result["transaction"] is not None:
+            await result["transaction"].commit()
+        histories.append(list(held))
+        views.append(result["base_view"])
+
+    for message in conversation.messages:
+        if message.get("role") == "assistant":
+            await request()
+        await manager.add_message(message)
+        held.append(message)
+    await request()
+    run = baseline_run(module, histories, views, name="negotiated", description="negotiated")
+    return run, failed
+
+
 def run(conversations: Sequence[real.Conversation] | None = None) -> list[Case]:
-    """Every case (module docstring), conversations in order, budgets ascending."""
+    """Every case (module docstring), conversations in order, budgets ascending.
+
+    ``python -m benchmarks.economics --plot FILE`` also writes ``write_plot``'s PNG."""
     conversations = real.conversations() if conversations is None else conversations
     counter = Counter()
 
     async def main() -> list[Case]:
-        cases: list[Case] = []
-        for conversation in conversations:
-            whole = counter.count_request(conversation.messages)
-            for budget in BUDGETS:
-                if whole > budget:
-                    cases.append(await replay_case(conversation, budget, counter))
-        return cases
+        todo = [
+            (conversation, budget)
+            for conversation in conversations
+            for budget in BUDGETS
+            if counter.count_request(conversation.messages) > budget
+        ]
+        return [  # noqa: ASYNC910 - the benchmark's only task: nothing cancels it
+            await replay_case(c, budget, counter) for c, budget in todo
+        ]
 
     with tallied_warnings():
         return anyio.run(main)
@@ -198,6 +272,12 @@ class Summary:
     hy50_breaks_small: float
     equal_bill_ratio: float
     """Median bill of the equal-context trimmer / the module's."""
+    negotiated_dominated: int
+    """Cases where a trimmer is cheaper and keeps more mean context than the negotiated
+    path."""
+    negotiated_breaks_small: float
+    negotiated_failed: int
+    """Negotiated requests that failed closed, over every case."""
 
 
 def summarize(cases: Sequence[Case]) -> Summary:
@@ -208,6 +288,11 @@ def summarize(cases: Sequence[Case]) -> Summary:
         module_breaks_small=statistics.median(c.module.breaks_per_100 for c in small),
         hy50_breaks_small=statistics.median(c.run("hy50").breaks_per_100 for c in small),
         equal_bill_ratio=statistics.median(c.run("equal").bill / c.module.bill for c in cases),
+        negotiated_dominated=sum(bool(case.dominating_over("negotiated")) for case in cases),
+        negotiated_breaks_small=statistics.median(
+            c.run("negotiated").breaks_per_100 for c in small
+        ),
+        negotiated_failed=sum(case.failed for case in cases),
     )
 
 
@@ -226,6 +311,8 @@ def rows(cases: Sequence[Case]) -> list[list[str]]:
         ]
         for policy in case.runs[1:]:
             mark = " *" if policy.name in case.dominating else ""
+            if policy.name == "negotiated" and case.dominating_over("negotiated"):
+                mark = " *" + ",".join(case.dominating_over("negotiated"))
             row.append(
                 f"{policy.bill / module.bill:.2f} / {policy.mean_context / module.mean_context:.2f}"
                 f" / {policy.breaks_per_100:.0f}{mark}"
@@ -242,6 +329,7 @@ HEADER: Final = (
     "brk/100",
     *(f"{name}: bill / ctx / brk" for name, _, _ in TRIMMERS),
     "equal: bill / ctx / brk",
+    "negotiated: bill / ctx / brk",
 )
 
 
@@ -249,14 +337,66 @@ def format_rows(cases: Sequence[Case]) -> str:
     table = [list(HEADER), *rows(cases)]
     widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
     lines = [
-        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
         for row in table
     ]
     return "\n".join(lines)
 
 
+COLORS: Final = {"pr50": "tab:red", "pr90": "tab:orange", "hy50": "tab:blue", "hy90": "tab:cyan"}
+
+
+def write_plot(cases: Sequence[Case], path: Path) -> None:
+    """A PNG: every trimmer run of every case as a point (its mean context and its bill,
+    both relative to the module's on the same case); the module is (1, 1) on every case.
+    The lower right quadrant (cheaper and more context) is where a trimmer dominates."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(figsize=(9, 6))
+    axes.axvspan(1, 2, ymin=0, ymax=0.5, color="0.92", zorder=0)
+
+    def relative(name: str) -> tuple[list[float], list[float]]:
+        runs = [(case.run(name), case.module) for case in cases]
+        return (
+            [run.mean_context / module.mean_context for run, module in runs],
+            [run.bill / module.bill for run, module in runs],
+        )
+
+    for name, color in COLORS.items():
+        context, bill = relative(name)
+        axes.scatter(context, bill, s=18, color=color, label=name, zorder=2)
+    context, bill = relative("negotiated")
+    axes.scatter(context, bill, s=18, marker="x", color="k", label="negotiated path")
+    axes.scatter([1], [1], s=80, marker="*", color="k", label="module (every case)", zorder=3)
+    axes.set_xlim(0.4, 1.6)
+    axes.set_ylim(0.0, 2.0)
+    axes.axhline(1, color="0.5", lw=0.8)
+    axes.axvline(1, color="0.5", lw=0.8)
+    axes.set_xlabel("mean context kept / the module's (o200k tokens)")
+    axes.set_ylabel("bill / the module's (exact-prefix cache: read 0.1, write 1.25)")
+    small = sum(case.budget <= SMALL for case in cases)
+    axes.set_title(
+        f"{len(cases)} cases: real conversations x budgets 8k-200k ({small} at <= 16k); "
+        "shaded: cheaper AND more context",
+        fontsize=9,
+    )
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
 def main() -> int:
     cases = run()
+    if len(sys.argv) > 2 and sys.argv[1] == "--plot":
+        write_plot(cases, Path(sys.argv[2]))
     print(format_rows(cases))
     summary = summarize(cases)
     print(
@@ -264,7 +404,9 @@ def main() -> int:
         f"marked *): {summary.dominated}; median breaks per 100 requests at budgets <= "
         f"{SMALL // 1000}k: module {summary.module_breaks_small:.1f}, hy50 "
         f"{summary.hy50_breaks_small:.1f}; equal-context trimmer's bill / module's (median): "
-        f"{summary.equal_bill_ratio:.2f}"
+        f"{summary.equal_bill_ratio:.2f}; negotiated path: dominated {summary.negotiated_dominated}, "
+        f"median breaks at <= {SMALL // 1000}k {summary.negotiated_breaks_small:.1f}, "
+        f"requests failed closed {summary.negotiated_failed}"
     )
     return 0
 

@@ -45,6 +45,7 @@ __all__ = (
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True, slots=True)
 class FloorMark:
     """A reported protected floor: what it was reported for, and how large it was."""

@@ -305,6 +305,10 @@ class Negotiation:
         first = initial.decision
         if first.count < self.seam.trigger and not first.oversize:
             return self.result(initial, "not_needed", before=first.count, after=first.count)
+        if self.seam.floor_holds(first.count) and not first.oversize:
+            # A reported floor stands while the request fits the budget: the rungs could
+            # only shave what the history added since, rewriting the cached view for it.
+            return self.result(initial, "protected_floor", before=first.count, after=first.count)
         estimate = initial.candidate.estimate
         climb = _Climb(initial, first, first.count / estimate if estimate > 0 else 1.0)
         for rung in self.seam.rungs:
@@ -464,7 +468,9 @@ class Negotiation:
     ) -> dict[str, Any]:
         """Past the rungs and ``fit_output``: reduce the protected floor until a count fits.
 
-        The provider's limit is translated into our estimate's units with the last
+        The provider's limit (or the target, when that is lower: a floor reduced only just
+        under the limit would be reduced again, with another rewrite of the cached view,
+        on the next request) is translated into our estimate's units with the last
         count's calibration (its hard-safe estimate over our estimate) and a margin; each
         reduction is counted, at most ``FLOOR_COUNTS`` times.
 
@@ -475,7 +481,8 @@ class Negotiation:
         for _ in range(FLOOR_COUNTS):
             estimate = last.candidate.estimate
             ratio = measured.estimated / estimate if estimate > 0 else 1.0
-            limit = int(measured.limit / max(ratio, 1e-9) * (1 - SKIP_MARGIN))
+            goal = min(measured.limit, self.seam.target)
+            limit = int(goal / max(ratio, 1e-9) * (1 - SKIP_MARGIN))
             candidate = await self.seam.pace(self.seam.reducing_floor(limit))
             if candidate is None:
                 break
