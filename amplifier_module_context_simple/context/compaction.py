@@ -200,10 +200,10 @@ class Compactor:
         return int(plan.effective * self._config().target_usage)
 
     def compacting(
-        self, history: History, plan: RequestPlan, before: Rendered, floor: FloorMark | None
+        self, history: History, plan: RequestPlan, before: Rendered
     ) -> Steps[tuple[Decisions | None, FloorMark | None]]:
-        """Run the ladder for an ordinary/retaining request (``floor``: the floor mark the
-        request was planned with).
+        """Run the ladder for an ordinary/retaining request (the caller has checked that no
+        reported floor holds: ``floor_holds``).
 
         Returns the staged decisions (None when the run changed nothing and has nothing
         new to report) and the floor mark to remember (None when the view fits).
@@ -211,7 +211,7 @@ class Compactor:
         No storms, and compactions worth the cache they break. When the protected floor
         alone is above the target, the first run reports it (one ``context:compaction``
         carrying ``floor_tokens``, one warning) and that decision is reused: the ladder runs
-        again only once the view no longer fits the budget (``_floor_holds``). Re-running it
+        again only once the view no longer fits the budget (``floor_holds``). Re-running it
         sooner, as the view creeps past the trigger, could only shave what the history
         added since (the floor is still there) while rewriting the whole cached view after
         its first change, request after request. When the floor is over the whole budget,
@@ -220,8 +220,6 @@ class Compactor:
         Hard-fit requests always run, and reduce only as far as the budget.
         """
         target = self.target(plan)
-        if floor is not None and not plan.hard_fit and self._floor_holds(floor, plan, before):
-            return None, floor
         ladder = yield from self.laddering(
             history, plan, plan.decisions, target=target, extra_protected=frozenset()
         )
@@ -283,14 +281,17 @@ class Compactor:
                 RETRIEVAL_GUIDANCE,
             )
 
-    def _floor_holds(self, floor: FloorMark, plan: RequestPlan, before: Rendered) -> bool:
-        """Whether a reported floor still stands for this request (so the ladder is skipped).
+    def floor_holds(self, floor: FloorMark | None, plan: RequestPlan, before: Rendered) -> bool:
+        """Whether the reported ``floor`` still stands for this request, so the ladder is
+        skipped (see ``compacting``). Never for hard fit, which always runs.
 
         It stands for the same history and budget (a climb from a climb's result could
         otherwise shrink the recent window again) while the view, with room for the minimal
         notice, still fits the budget: only then must it shrink, and a compaction then
         frees what the history added since the floor was reported.
         """
+        if floor is None or plan.hard_fit:
+            return False
         if (floor.epoch, floor.effective, floor.target) != (
             plan.epoch,
             plan.effective,

@@ -273,8 +273,11 @@ class Negotiable:
 
     # -- the return boundary --------------------------------------------------------
 
-    async def close(self, final: Candidate, measured: int | None) -> None:
-        """Emit ``context:budget`` (on change), then refresh the meter stats.
+    async def close(
+        self, final: Candidate, measured: int | None, *, floor_held: bool = False
+    ) -> None:
+        """Emit ``context:budget`` (on change), then refresh the meter stats
+        (``floor_held``: no rung ran because a reported floor holds, ``floor_holds``).
 
         A delivery that raises leaves no trace: the meter stats stay those of the last
         request that returned and the budget is emitted again by the next request.
@@ -282,7 +285,10 @@ class Negotiable:
         await self._store._emit_budget(self._plan.provenance)
         self._store._learned = self._plan.limit
         self._store._publish_meter(
-            final.estimate, self._plan.effective, synthesized=final.synthesized
+            final.estimate,
+            self._plan.effective,
+            synthesized=final.synthesized,
+            floor_held=floor_held,
         )
         assert self._store._last_token_meter_stats is not None
         self._store._last_token_meter_stats["provider_count"] = measured

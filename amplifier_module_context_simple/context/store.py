@@ -88,6 +88,8 @@ class _Planned:
     estimated: int
     synthesized: int
     new_stats: bool
+    floor_held: bool
+    """The trigger was reached but a reported floor still holds (no ladder ran)."""
 
 
 class _Setting(Generic[T]):
@@ -505,7 +507,12 @@ class ContextStore:
             self._commit(staged, plan.version)
         self._compactor.floor = planned.floor
         self._learned = plan.limit
-        self._publish_meter(planned.estimated, plan.effective, synthesized=planned.synthesized)
+        self._publish_meter(
+            planned.estimated,
+            plan.effective,
+            synthesized=planned.synthesized,
+            floor_held=planned.floor_held,
+        )
         if planned.new_stats and staged is not None and staged.stats is not None:
             await self._emit(COMPACTION_EVENT, dict(staged.stats.to_event()))
         await self._emit_budget(plan.provenance)
@@ -542,10 +549,9 @@ class ContextStore:
         should = plan.effective > 0 and used / plan.effective >= self._config.compact_threshold
         if (plan.retained or plan.hard_fit) and estimated > plan.effective:
             should = True
-        if should:
-            staged, floor = yield from self._compactor.compacting(
-                plan.history, plan, rendered, floor
-            )
+        held = should and self._compactor.floor_holds(floor, plan, rendered)
+        if should and not held:
+            staged, floor = yield from self._compactor.compacting(plan.history, plan, rendered)
         decisions = staged if staged is not None else plan.decisions
         if staged is not None:
             view = yield from self._rendering(plan, decisions)
@@ -576,7 +582,7 @@ class ContextStore:
         if plan.retained or plan.hard_fit:
             self._check_final_fit(plan, view.tokens + notice_tokens)
         new_stats = staged is not None and staged.stats is not plan.decisions.stats
-        return _Planned(staged, floor, messages, estimated, view.synthesized, new_stats)
+        return _Planned(staged, floor, messages, estimated, view.synthesized, new_stats, held)
 
     # -- request building blocks (also used by the negotiator) ---------------------------
 
@@ -799,7 +805,12 @@ class ContextStore:
             yield
         return frozenset(seqs)
 
-    def _publish_meter(self, estimated: int, budget: int, *, synthesized: int = 0) -> None:
+    def _publish_meter(
+        self, estimated: int, budget: int, *, synthesized: int = 0, floor_held: bool = False
+    ) -> None:
+        """Refresh the meter stats. ``floor_held``: the request reached the trigger but
+        did not compact, because a reported protected floor still holds (it fits the
+        budget; see ``Compactor.floor_holds``)."""
         stats = self._meter.stats(
             mode=self._config.token_meter,
             estimated=estimated,
@@ -807,6 +818,7 @@ class ContextStore:
             images_estimated=False,
         )
         stats["results_synthesized"] = synthesized
+        stats["floor_held"] = floor_held
         stats["provider_limit"] = self._learned.limit if self._learned is not None else None
         self._last_token_meter_stats = stats
 

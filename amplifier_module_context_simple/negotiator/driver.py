@@ -246,6 +246,8 @@ class Negotiation:
         """The decisions of the counts known to exceed the provider's limit."""
         self.final = seam.base
         """The candidate the result returns (for the meter stats)."""
+        self.floor_held = False
+        """No rung ran: a reported floor holds (``Negotiable.floor_holds``)."""
 
     async def count(self, candidate: Candidate) -> Attempt:
         """Count ``candidate`` through the orchestrator's seam."""
@@ -292,7 +294,7 @@ class Negotiation:
         the result is returned rolls the transaction back."""
         try:
             result = await self._run()
-            await self.seam.close(self.final, result["measured_after"])
+            await self.seam.close(self.final, result["measured_after"], floor_held=self.floor_held)
         except BaseException:
             self.machine.rollback()
             raise
@@ -308,6 +310,7 @@ class Negotiation:
         if self.seam.floor_holds(first.count) and not first.oversize:
             # A reported floor stands while the request fits the budget: the rungs could
             # only shave what the history added since, rewriting the cached view for it.
+            self.floor_held = True
             return self.result(initial, "protected_floor", before=first.count, after=first.count)
         estimate = initial.candidate.estimate
         climb = _Climb(initial, first, first.count / estimate if estimate > 0 else 1.0)

@@ -92,11 +92,15 @@ async def test_a_reported_floor_holds_until_the_view_no_longer_fits_the_budget()
         emitted = len(hooks.named("context:compaction")) - events
         events += emitted
         assert emitted == int(would > fits_bound(budget)), f"request {index}"
+        meter = context.last_token_meter_stats
+        assert meter is not None
+        past_trigger = meter["used_tokens"] >= 0.92 * (budget - 800)
+        assert meter["floor_held"] is (past_trigger and not emitted), "the reason, in the stats"
         if emitted:
             break
-        held += 1
+        held += past_trigger
         assert strip_notice(view)[: len(before)] == before, "a held floor keeps the prefix"
-    assert held >= 3, "the floor held over several requests past the trigger"
+    assert held >= 2, "the floor held over several requests past the trigger"
     assert emitted == 1, "the view outgrew the budget within 40 requests"
 
 
@@ -190,6 +194,8 @@ async def test_a_reported_floor_holds_on_the_negotiated_path() -> None:
         if over:
             break
         assert result["transaction"] is None
+        meter = context.last_token_meter_stats
+        assert meter is not None and meter["floor_held"] is True, "the reason, in the stats"
         assert strip_notice(result["base_view"])[: len(strip_notice(view))] == strip_notice(view)
         view = result["base_view"]
     held = outcomes[:-1]
