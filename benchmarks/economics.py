@@ -321,6 +321,44 @@ def rows(cases: Sequence[Case]) -> list[list[str]]:
     return out
 
 
+def budget_rows(cases: Sequence[Case]) -> list[list[str]]:
+    """One row per budget: its cases, the module's median compactions and cache breaks
+    per 100 requests, the cases a trimmer dominates, and per trimmer the median bill and
+    mean context relative to the module's."""
+    out: list[list[str]] = []
+    for budget in BUDGETS:
+        at = [case for case in cases if case.budget == budget]
+        if not at:
+            continue
+        row = [
+            f"{budget // 1000}k",
+            f"{len(at)}",
+            f"{statistics.median(c.module.compactions_per_100 for c in at):.1f}",
+            f"{statistics.median(c.module.breaks_per_100 for c in at):.1f}",
+            f"{sum(bool(c.dominating) for c in at)}",
+        ]
+        for name in (*(t for t, _, _ in TRIMMERS), "equal", "negotiated"):
+            bill = statistics.median(c.run(name).bill / c.module.bill for c in at)
+            context = statistics.median(
+                c.run(name).mean_context / c.module.mean_context for c in at
+            )
+            row.append(f"{bill:.2f} / {context:.2f}")
+        out.append(row)
+    return out
+
+
+BUDGET_HEADER: Final = (
+    "budget",
+    "cases",
+    "module comp/100",
+    "module brk/100",
+    "dominated",
+    *(f"{name}: bill / ctx" for name, _, _ in TRIMMERS),
+    "equal: bill / ctx",
+    "negotiated: bill / ctx",
+)
+
+
 HEADER: Final = (
     "case (conversation @ budget)",
     "module bill",
@@ -333,9 +371,11 @@ HEADER: Final = (
 )
 
 
-def format_rows(cases: Sequence[Case]) -> str:
-    table = [list(HEADER), *rows(cases)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
+def format_rows(
+    cases: Sequence[Case], header: Sequence[str] = HEADER, body: list[list[str]] | None = None
+) -> str:
+    table = [list(header), *(rows(cases) if body is None else body)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = [
         "  ".join(
             cell.ljust(w) if i == 0 else cell.rjust(w)
@@ -398,6 +438,8 @@ def main() -> int:
     if len(sys.argv) > 2 and sys.argv[1] == "--plot":
         write_plot(cases, Path(sys.argv[2]))
     print(format_rows(cases))
+    print()
+    print(format_rows(cases, BUDGET_HEADER, budget_rows(cases)))
     summary = summarize(cases)
     print(
         f"\n{summary.cases} cases; dominated (a trimmer cheaper AND keeping more mean context, "
