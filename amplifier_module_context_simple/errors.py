@@ -51,8 +51,9 @@ class InvalidMessageError(ValueError):
 class RetainedContentMissingError(ContextLengthError, ValueError):
     """Raised when a request names a retained body that no admitted envelope carries.
 
-    Both a ``ContextLengthError`` (the brief) and a ``ValueError`` (what older callers
-    caught), so either ``except`` clause works.
+    Both a ``ContextLengthError`` (the kernel's class, which orchestrators catch for every
+    request that cannot fit) and a ``ValueError`` (what older callers caught), so either
+    ``except`` clause works.
     """
 
     def __init__(self, message: str) -> None:

@@ -1,4 +1,4 @@
-"""``make bench``: the benchmark table (CONTRACT.md section 9).
+"""``make bench``: the benchmark table (docs/design.md section 11).
 
     uv run --frozen python -m benchmarks [--cases N] [--strict]
 

@@ -28,8 +28,9 @@ baseline's steady-state / sticky samples with ours, so that a slow spell of the 
 hits every size and both sides alike and does not skew the ratios.
 
 The OLD-MODULE MODEL (the ``baseline_*`` functions; "baseline" in the metric names) is not
-the existing public module but a model of part of its per-request work (REFERENCE.md
-4.1-4.3, 4.8), so every ratio to it is a lower bound of the speedup over that module:
+the existing public module but a model of part of its per-request work (its request
+assembly, ladder and ``len(str(message)) // 4`` estimator, as described below; docs/design.md
+section 11), so every ratio to it is a lower bound of the speedup over that module:
 
 - a steady-state request re-estimates every message with ``len(str(message)) // 4``
   (the trigger's measurement) and returns shallow copies of every message with a new

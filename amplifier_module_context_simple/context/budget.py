@@ -1,7 +1,8 @@
 """The effective token budget and where it came from.
 
-Priority order (the brief): an explicit ``token_budget``; ``provider.get_model_info()``;
-``provider.get_info().defaults``; ``max_tokens_fallback``. A provider window becomes
+Priority order (the existing public module's, kept; docs/design.md section 2): an explicit
+``token_budget``; ``provider.get_model_info()``; ``provider.get_info().defaults``;
+``max_tokens_fallback``. A provider window becomes
 ``context_window - int(max_output_tokens * output_reserve_fraction) - 4096``. The result is
 then capped at ``max_tokens`` when one is configured (``min`` can only lower a budget).
 """

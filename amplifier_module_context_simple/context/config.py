@@ -1,8 +1,8 @@
 """Configuration keys, their defaults and their validation.
 
-Validation is strict with two documented exceptions the brief and existing configs need:
-an unknown ``token_meter`` warns and falls back to ``"estimate"``, and an invalid
-``max_tokens`` (bool, non-int, <= 0) warns and means "no cap". Every other invalid value
+Validation is strict with two documented exceptions, kept so that existing configurations
+keep loading: an unknown ``token_meter`` warns and falls back to ``"estimate"``, and an
+invalid ``max_tokens`` (bool, non-int, <= 0) warns and means "no cap". Every other invalid value
 raises ``ValueError`` naming the key and the value. Unknown keys produce one warning
 listing them and are otherwise ignored.
 """

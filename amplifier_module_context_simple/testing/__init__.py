@@ -1,7 +1,7 @@
 """Reliability test support: fault injection at the seams, snapshots, a model and the oracles.
 
 Shipped with the package for orchestrator authors who want to test their own loop against
-this module the way the module tests itself (RELIABILITY.md sections 4, 5 and 7); it is
+this module the way the module tests itself (docs/design.md section 10); it is
 also the only test support of this project's own suite. One module per concern:
 
 - ``faults``: ``FaultPlan`` (fail or cancel the k-th seam hit: ``InjectedFault``, an anyio
@@ -14,7 +14,7 @@ also the only test support of this project's own suite. One module per concern:
   mark, learned provider limit, the budget payload last delivered, history and display
   order, held notes, version) - ``freeze``, and the ``ReferenceStore`` model;
 - ``messages``, ``layout`` and ``oracle``: ``check_view_invariants``, the view oracle of
-  RELIABILITY.md section 7 (tool pairing by id in the OpenAI, Amplifier and Anthropic
+  docs/design.md section 10 (tool pairing by id in the OpenAI, Amplifier and Anthropic
   formats, protected content and loaded-tool state, order, no invention, the budget,
   the canonical history, isolation, serialisability and the providers' own rules), and
   ``check_isolation``;

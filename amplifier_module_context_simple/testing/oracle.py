@@ -1,4 +1,4 @@
-"""The view oracle (RELIABILITY.md section 7): is a view a valid view of its history?
+"""The view oracle (docs/design.md section 10): is a view a valid view of its history?
 
 ``check_view_invariants(history, view, ...)`` computes, from the history alone, how views
 must show it (``layout.py``) and checks the view against it: tool pairing by id in the
@@ -51,7 +51,7 @@ __all__ = (
 
 
 class ViewInvariantError(AssertionError):
-    """A view broke an invariant of RELIABILITY.md section 7 (``item`` says which)."""
+    """A view broke an invariant of ``check_view_invariants`` (``item`` says which)."""
 
     def __init__(self, item: int, code: str, detail: str, position: int | None = None) -> None:
         super().__init__(f"view invariant {item} ({code}): {detail}")

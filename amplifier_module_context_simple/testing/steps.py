@@ -1,4 +1,4 @@
-"""The trio step sweep (RELIABILITY.md T5): cancel before every scheduler step.
+"""The trio step sweep (docs/design.md section 10): cancel before every scheduler step.
 
 ``step_sweep`` applies ``sweep``'s oracle over every scheduler step of an operation: a
 trio ``Instrument`` (``StepCanceller``) cancels the operation's task before its k-th

@@ -1,4 +1,4 @@
-"""The loop's side of the measured (negotiated) path, REFERENCE.md 11.1 and 11.3.
+"""The loop's side of the measured (negotiated) path (docs/design.md section 5.4).
 
 ``Negotiation`` holds one request's callbacks for ``context.measured_request_view``:
 

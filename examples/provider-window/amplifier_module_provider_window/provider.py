@@ -1,6 +1,6 @@
 """``WindowProvider``: an offline provider with a hard context window.
 
-Contract (REFERENCE.md 11.3, the ``request_budget:provider_count`` decision):
+Contract (the ``request_budget:provider_count`` decision, docs/design.md section 5.4):
 
 - The allowance for a request's input is
   ``context_window - max_output_tokens - safety_margin_tokens``, where ``max_output_tokens``
@@ -250,7 +250,7 @@ class WindowProvider:
         context_estimate: int | None,
         request_options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Count ``request`` and return the budget decision (REFERENCE.md 11.3)."""
+        """Count ``request`` and return the budget decision (docs/design.md section 5.4)."""
         self.stats.count_calls += 1
         return self._decision(request, context_estimate, request_options)
 
