@@ -112,9 +112,12 @@ class TransactionStateError(RuntimeError):
 
 
 class TransactionConflictError(RuntimeError):
-    """Raised by the synchronous ``apply`` when the store moved since staging.
+    """Raised when the store moved under a request that was planned against it.
 
-    The orchestrator-facing ``commit()`` reports this as ``False`` instead; see
+    By the synchronous commit step (``ContextStore._commit``) when another commit,
+    ``set_messages`` or ``clear`` came since the request was planned, and by a negotiation
+    whose history was replaced while it was planned or counted. The orchestrator-facing
+    ``commit()`` reports the first case as ``False`` instead; see
     ``RequestTransaction.commit``.
     """
 
@@ -130,7 +133,9 @@ class ProviderLimitError(ContextLengthError):
     ``estimated`` and ``limit`` are the provider's figures for the last request counted
     (None when unknown), ``rung`` the deepest reduction reached (0-8; 9 once the protected
     floor itself was reduced) and ``reason`` a short code: ``"oversize_unmeasured"``,
-    ``"recount_unavailable"``, ``"fit_still_over"`` or ``"irreducible_over_limit"``.
+    ``"recount_unavailable"`` or ``"irreducible_over_limit"`` (docs/design.md section 9).
+    A ``fit_output`` result still over the limit is not an error: the protected floor is
+    reduced instead.
     Nothing staged is kept when this is raised.
     """
 

@@ -7,8 +7,9 @@ reported protected floor (the storm guard). It never touches the committed decis
 returns staged ones, and the store commits them at its commit boundary.
 
 Its work grows with the history, so it is written as generators of steps (``slices.py``):
-``laddering``, ``compacting`` and ``stating`` pause every ``STRIDE`` items; ``ladder``,
-``compact`` and ``stats`` run them through. A paused run reads only its request's snapshot
+``laddering``, ``compacting``, ``reducing_floor`` and ``stating`` pause as they go (every
+``STRIDE`` items of a long loop); the store runs them paced (``Pacer.run``) or, for a plan
+that may not pause, through (``run_through``). A paused run reads only its request's snapshot
 (the history object and decisions of the plan); the forms it caches are keyed by the
 history's epoch, so a run whose history was replaced meanwhile cannot poison the cache of
 the new one.

@@ -1,8 +1,11 @@
 """Sticky compaction decisions: what every later view reapplies, keyed by sequence id.
 
-A ``Decisions`` value is immutable. The store holds the committed one; a compaction run
-or a negotiation builds a new one and the store swaps it in at a commit boundary, so a
-reader never sees half of a decision. Decisions only grow: a later escalation adds
+A ``Decisions`` value is never changed once built: the dataclass is frozen and its sets
+are frozensets; ``overrides`` is a plain dict (``merging`` builds a new one, and a
+read-only copy would cost a pass per message), which nothing writes to afterwards, by
+contract. The store holds the committed one; a compaction run or a negotiation builds a
+new one and the store swaps it in at a commit boundary, so a reader never sees half of a
+decision. Decisions only grow: a later escalation adds
 removals, truncations and stubs (a removal supersedes an earlier reduced form of the same
 message) and never reverses one. ``set_messages`` and ``clear`` reset them.
 """

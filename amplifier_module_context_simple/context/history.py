@@ -27,8 +27,10 @@ that arrive before the next assistant message (its *run*).
 synthesized results of a call message); ``order_version`` changes whenever something is
 placed anywhere but at the end, so a renderer that extends its last view knows to rebuild.
 
-``History`` is a plain synchronous object; ``admit_batch`` builds the whole new state
-before anything is swapped in, so a rejected batch leaves the previous history intact.
+``History`` is a plain synchronous object. ``build_history`` validates a whole batch before
+it admits any of it into a fresh ``History``, which the store swaps in only once it is built,
+so a rejected batch leaves the previous history intact; ``History.admit_capped`` does
+everything that can fail before its first mutation.
 """
 
 from __future__ import annotations

@@ -59,9 +59,9 @@ __all__ = (
 
 
 Form = tuple[dict[str, Any], int]
+"""A reduced message and its token estimate."""
 FormName = Literal["full", "truncated", "stubbed"]
 """How an item is shown: as admitted, or in one of the reduced forms."""
-"""A reduced message and its token estimate."""
 
 RUNG_COUNT: Final = 8
 

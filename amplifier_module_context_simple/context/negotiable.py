@@ -124,7 +124,7 @@ class Negotiable:
     def floor_holds(self, count: int) -> bool:
         """Whether the committed decisions reported a protected floor above the target and
         a request of ``count`` tokens still fits the budget: then no rung runs (the storm
-        guard of the ordinary path, ``Compactor._floor_holds``, on provider counts)."""
+        guard of the ordinary path, ``Compactor.floor_holds``, on provider counts)."""
         return self._plan.decisions.floor_reported and count <= self._plan.budget
 
     def changed(self, candidate: Candidate) -> bool:

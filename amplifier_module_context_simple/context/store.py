@@ -117,7 +117,7 @@ def notice_reserve(configured: int, budget: int) -> int:
     """The notice reserve for ``budget``: the configured one, scaled down for small budgets.
 
     A reserve may take at most a quarter of the budget (a larger one would leave the view
-    almost nothing); the notice itself is budgeted separately (``with_notice``).
+    almost nothing); the notice itself is budgeted separately (``_with_notice``).
     """
     return min(configured, budget // 4)
 
