@@ -47,7 +47,8 @@ ended: raised->before, boundary->after (the one cancellation landing in
 
 87 await points per (mode, backend); 10 sweeps per case (error/cancel x transient/persistent
 x asyncio/trio, native x transient/persistent) = 870 faulted runs. ``CASES`` asserts each
-count as a minimum. The deep tier adds a 48-case grid in every mode and the trio
+count as a minimum. The deep tier adds a 48-case grid in every mode (each case with its
+exact no-fault outcome, explained in ``GRID_FIRST_COUNTS``) and the trio
 scheduler-step sweep (T5, ``testing.step_sweep``), which finds at least as many steps as
 seam hits.
 """
@@ -90,10 +91,10 @@ from tests.negotiator.orchestrator import (
     mount_context,
     proportional,
     unavailable,
+    view_chars,
 )
 
 SUMMARY: list[str] = []
-ANY = "*"
 PROMPT = "You are a careful assistant. Answer briefly and cite the files you read."
 SEAM_ORDER = [
     "factory",
@@ -122,11 +123,13 @@ class Case:
     seed_budget: int | None = None
     """Commit an ordinary compaction at this budget before the measured request."""
     error: type[BaseException] | None = None
-    committed: bool | None = True
-    """Whether the no-fault run commits a transaction (None: whatever it does)."""
+    committed: bool = True
+    """Whether the no-fault run commits a transaction."""
     retain: tuple[str, ...] = ()
     counts: int | None = None
     """The no-fault run's provider counts, when the case depends on them."""
+    first_count: int | None = None
+    """The no-fault run's first count (``measured_before``), when the case pins it."""
 
 
 BUSY = conversation(6, size=1200, rounds=2)
@@ -334,11 +337,13 @@ def checker(case: Case) -> Any:
                 return
             outcome = trial.value
             assert trial.returned and outcome is not None, where
-            assert case.outcome in (ANY, outcome.result["outcome"]), where
+            assert outcome.result["outcome"] == case.outcome, where
             assert outcome.dispatched, where
             assert case.counts in (None, trial.plan.labels.count("count_view")), where
+            if case.first_count is not None:
+                assert outcome.result["measured_before"] == case.first_count, where
             committed = outcome.committed is True
-            assert case.committed in (None, committed), where
+            assert committed is case.committed, where
             if committed:
                 assert trial.plan.labels[-1] == f"emit:{COMPACTION_EVENT}", where
             return
@@ -406,22 +411,79 @@ async def test_native_sweep(case: Case, persistent: bool, anyio_backend: str) ->
 
 # -- deep tier ------------------------------------------------------------------------------
 
-GRID = [
-    Case(
+GRID_TRIGGER = 2944
+"""The grid's trigger: ``compact_threshold`` 0.92 of the policy budget, ``max_tokens`` 4000
+less the 800-token notice reserve (3200); its target is ``target_usage`` 0.5 of it, 1600."""
+
+GRID_FIRST_COUNTS = {
+    # (turns, size, scale): the first count, int(view_chars(system prompt + history) *
+    # scale), and why the no-fault outcome is what it is (without ``oversize``: provider
+    # limit 10,000; ``count_every_rung`` changes which candidates are counted, not the
+    # outcome: the candidate returned is always counted).
+    (2, 300, 0.2): 611,  # under the trigger 2944: not_needed, nothing staged
+    (2, 300, 0.5): 1528,  # under the trigger: not_needed
+    (2, 1500, 0.2): 1571,  # under the trigger: not_needed
+    (2, 1500, 0.5): 3928,  # over the trigger: the older tool results reduce it under the
+    # target 1600 (measured_after 1178): target_reached
+    (6, 300, 0.2): 1449,  # under the trigger: not_needed
+    (6, 300, 0.5): 3624,  # over the trigger: target_reached (1364)
+    (6, 1500, 0.2): 4329,  # over the trigger: target_reached (1505)
+    (6, 1500, 0.5): 10824,  # over the trigger and the limit 10,000: the rungs stop at the
+    # target, under both (1518): target_reached
+    (10, 300, 0.2): 2288,  # under the trigger: not_needed
+    (10, 300, 0.5): 5720,  # over the trigger: target_reached (1364)
+    (10, 1500, 0.2): 7088,  # over the trigger: target_reached (1297)
+    (10, 1500, 0.5): 17720,  # over the trigger and the limit: target_reached (1178)
+}
+"""The grid without ``oversize``: not_needed under the trigger (no transaction: nothing
+commits), else target_reached (committed). With ``oversize`` (provider limit 3000, every
+count reports ``estimated = max(count, 3001)``) no count ever fits: the first is not
+``not_needed`` whatever its size, no rung reaches ``target_reached``, every rung runs and
+``fit_output`` (2900 at an output cap, limit 3000) fits once: reduced_output, committed
+(the rungs staged the older tool results' reductions)."""
+
+
+def grid_case(turns: int, size: int, scale: float, every: bool, oversize: bool) -> Case:
+    """One grid case with the outcome ``GRID_FIRST_COUNTS`` explains."""
+    first = GRID_FIRST_COUNTS[(turns, size, scale)]
+    outcome = "target_reached" if first >= GRID_TRIGGER else "not_needed"
+    if oversize:
+        outcome = "reduced_output"
+    return Case(
         f"grid-t{turns}-s{size}-x{scale}-{'every' if every else 'skip'}"
         f"{'-oversize' if oversize else ''}",
         {"max_tokens": 4000, "protected_tool_results": 1, "count_every_rung": every},
         conversation(turns, size=size, rounds=2),
         proportional(scale, limit=3000 if oversize else 10_000, oversize=oversize),
-        ANY,
+        outcome,
         min_points=3,
         fit=fitted(2900, calls=2, limit=3000) if oversize else None,
-        committed=None,
+        committed=outcome != "not_needed",
+        first_count=first,
     )
-    for turns, size, scale, every, oversize in itertools.product(
+
+
+GRID = [
+    grid_case(*combination)
+    for combination in itertools.product(
         (2, 6, 10), (300, 1500), (0.2, 0.5), (False, True), (False, True)
     )
 ]
+GRID_OUTCOMES = {"not_needed": 10, "target_reached": 14, "reduced_output": 24}
+"""How many grid cases end each way (``test_grid_outcomes_follow_from_the_cases``)."""
+
+
+def test_grid_outcomes_follow_from_the_cases() -> None:
+    """The grid's table is the cases' arithmetic: each first count is the fake provider's
+    count of the system prompt and the history, and the outcomes split as stated."""
+    for (turns, size, scale), first in GRID_FIRST_COUNTS.items():
+        view = [{"role": "system", "content": PROMPT}, *conversation(turns, size=size, rounds=2)]
+        assert int(view_chars(view) * scale) == first, (turns, size, scale)
+    assert int(0.92 * (4000 - 800)) == GRID_TRIGGER and len(GRID) == 48
+    outcomes = [case.outcome for case in GRID]
+    assert {name: outcomes.count(name) for name in GRID_OUTCOMES} == GRID_OUTCOMES
+
+
 DEEP_MODES = [*MODES, (NATIVE, False), (NATIVE, True)]
 
 
@@ -430,8 +492,9 @@ DEEP_MODES = [*MODES, (NATIVE, False), (NATIVE, True)]
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
 @pytest.mark.parametrize("case", GRID, ids=[case.name for case in GRID])
 async def test_sweep_grid(case: Case, anyio_backend: str) -> None:
-    """Every mode of the sweep over a grid of histories, budgets and provider scales (any
-    outcome): the same oracle as ``test_sweep``."""
+    """Every mode of the sweep over a grid of histories, budgets and provider scales, each
+    with the no-fault outcome ``GRID_FIRST_COUNTS`` explains: the same oracle as
+    ``test_sweep``."""
     for kind, persistent in DEEP_MODES:
         if kind != NATIVE or anyio_backend == "asyncio":
             report = await run_sweep(case, anyio_backend, kind, persistent)

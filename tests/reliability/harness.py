@@ -23,6 +23,7 @@ from amplifier_module_context_simple.negotiator.transaction import (
     _Machine,
 )
 from amplifier_module_context_simple.testing import (
+    ERROR,
     FaultPlan,
     FaultyHooks,
     Prepared,
@@ -240,14 +241,16 @@ class Operation:
     """The measured path's no-fault outcome."""
 
 
-async def build(op: Operation, plan: FaultPlan, ledger: Ledger | None = None) -> Prepared[Any]:
-    """A fresh store in ``op``'s starting state, its seams routed through ``plan``."""
+async def starting_state(
+    op: Operation, plan: FaultPlan
+) -> tuple[SimpleContextManager, FaultyHooks]:
+    """A fresh store in ``op``'s starting state, its seams routed through ``plan`` (which
+    neither counts nor fires while the store is prepared; it is left disarmed)."""
     hooks = FaultyHooks(plan)
     config = dict(op.config)
     if op.kind in ("measured", "commit"):
         config.setdefault("token_meter", "actual")
     manager = SimpleContextManager(**config, hooks=hooks)
-    armed = plan.armed
     plan.disarm()
     await manager.set_messages(list(op.history))
     if op.seed_budget is not None:
@@ -255,6 +258,24 @@ async def build(op: Operation, plan: FaultPlan, ledger: Ledger | None = None) ->
         assert manager.last_compaction_stats is not None, f"{op.name}: the seed must compact"
     if op.factory:
         await manager.set_system_prompt_factory(faulty_factory(plan, PROMPT))
+    return manager, hooks
+
+
+async def negotiated(manager: SimpleContextManager, op: Operation) -> dict[str, Any]:
+    """The no-fault negotiation a ``commit`` operation commits (its count and fit unfaulted)."""
+    assert op.kind == "commit" and op.rule is not None
+    return await manager.get_measured_request_view(
+        provider=None,
+        retain_contents=list(op.retain),
+        count_view=counting(op.rule),
+        fit_output=op.fit,
+    )
+
+
+async def build(op: Operation, plan: FaultPlan, ledger: Ledger | None = None) -> Prepared[Any]:
+    """A fresh store in ``op``'s starting state, its seams routed through ``plan``."""
+    armed = plan.armed
+    manager, hooks = await starting_state(op, plan)
     run: Callable[[], Awaitable[Any]]
     follow: Callable[[], Awaitable[Any]]
     if op.kind == "ordinary":
@@ -286,13 +307,7 @@ async def build(op: Operation, plan: FaultPlan, ledger: Ledger | None = None) ->
 
         follow = run
     else:
-        assert op.kind == "commit" and op.rule is not None
-        result = await manager.get_measured_request_view(
-            provider=None,
-            retain_contents=list(op.retain),
-            count_view=counting(op.rule),
-            fit_output=op.fit,
-        )
+        result = await negotiated(manager, op)
         transaction = result["transaction"]
         assert isinstance(transaction, RequestTransaction), f"{op.name}: nothing to commit"
         assert transaction.state is TxnState.READY
@@ -316,6 +331,28 @@ async def build(op: Operation, plan: FaultPlan, ledger: Ledger | None = None) ->
     return prepared
 
 
+def commit_raised_state(trial: Trial[Any]) -> TxnState:
+    """The state of a transaction whose ``commit`` run raised with the store as before,
+    decided by the fault that ended it (the first that fired; a step sweep's cancellation
+    fires no seam).
+
+    ``commit`` has one checkpoint before its commit step and no rollback of its own but
+    for ``is_cancelled()`` answering True, which this harness's predicate never does, and
+    the run does not roll back. So a fault before the commit step leaves it READY: an
+    error at ``entry`` (before ``commit`` is called) or inside ``is_cancelled`` (it
+    propagates), a cancellation requested at ``entry`` or a step sweep's (both delivered
+    at that checkpoint). A cancellation requested inside ``is_cancelled`` is delivered
+    after the commit step, in ``context:compaction`` delivery: it cannot leave the store
+    as before.
+    """
+    if not trial.plan.fired:
+        return TxnState.READY  # a step sweep: cancelled at the checkpoint before the commit
+    _, label, kind = trial.plan.fired[0]
+    if label == "entry" or (label == "is_cancelled" and kind == ERROR):
+        return TxnState.READY
+    raise AssertionError(f"a {kind} fault at {label!r} must not leave the store as before")
+
+
 def checker(op: Operation, ledger: Ledger) -> Callable[[Trial[Any]], Awaitable[None]]:
     """Per-trial checks beyond the store oracle: views, transactions, the result envelope."""
 
@@ -331,10 +368,7 @@ def checker(op: Operation, ledger: Ledger) -> Callable[[Trial[Any]], Awaitable[N
                 assert trial.value is True, where
                 assert machine.state is TxnState.COMMITTED, (describe(machine), where)
             elif trial.expected == "before":
-                assert machine.state in (TxnState.READY, TxnState.ROLLED_BACK), (
-                    describe(machine),
-                    where,
-                )
+                assert machine.state is commit_raised_state(trial), (describe(machine), where)
             else:
                 assert machine.state is TxnState.COMMITTED, (describe(machine), where)
             assert not created, where

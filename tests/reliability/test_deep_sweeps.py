@@ -15,7 +15,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from amplifier_module_context_simple import ContextLengthError
+from amplifier_module_context_simple import ContextLengthError, ProviderLimitError
+from amplifier_module_context_simple.negotiator.transaction import TxnState
 from amplifier_module_context_simple.testing import (
     CANCEL,
     ERROR,
@@ -32,6 +33,8 @@ from tests.reliability.harness import (
     build,
     checker,
     hsettings,
+    negotiated,
+    starting_state,
     track_transactions,
 )
 from tests.reliability.operations import boundary, run_sweep
@@ -66,13 +69,32 @@ def operations(draw: Any) -> Operation:
 
 
 async def runnable(op: Operation) -> bool:
-    """A commit sweep needs a negotiation that stages something."""
+    """Whether ``op`` can be swept: every operation but a ``commit`` whose no-fault
+    negotiation leaves nothing to commit, decided from that negotiation's outcome.
+
+    A generated commit has no ``fit_output`` and a provider limit of 1000: its negotiation
+    fails closed (``irreducible_over_limit``) when the floor stays over the limit, returns
+    no transaction when it changes nothing (``not_needed`` under the trigger, else
+    ``protected_floor``; never over the limit: that reduces the floor), and otherwise a
+    READY transaction with changes, which ``build`` then finds the same way (its
+    assertions are failures of the sweep, not a reason to skip it).
+    """
     if op.kind != "commit":
-        return True  # noqa: ASYNC910 - a predicate: only a commit sweep needs a build to await
+        return True  # noqa: ASYNC910 - a predicate: only a commit needs a negotiation to await
+    manager, _ = await starting_state(op, FaultPlan())
     try:
-        await build(op, FaultPlan())
-    except (AssertionError, ContextLengthError):
-        return False  # noqa: ASYNC910 - the build raised: nothing to commit
+        result = await negotiated(manager, op)
+    except ProviderLimitError as error:
+        assert error.reason == "irreducible_over_limit", error
+        return False
+    transaction = result["transaction"]
+    if transaction is None:
+        first = result["final_attempt"]["budget_decision"]
+        assert first["estimated_input_tokens"] <= first["input_limit_tokens"], result
+        quiet = result["measured_before"] < result["trigger"]
+        assert result["outcome"] == ("not_needed" if quiet else "protected_floor"), result
+        return False
+    assert transaction.state is TxnState.READY and transaction.has_changes, transaction
     return True
 
 
