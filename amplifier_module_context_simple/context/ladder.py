@@ -258,7 +258,9 @@ class Ladder:
         if self.total <= limit:
             return
         self.level = RUNG_COUNT
-        before = self.changes
+        # Messages removed or stubbed here (a truncated result that is truncated again, or
+        # removed with its group, must not count against them).
+        before = len(self.removed) + len(self.stubbed)
         yield from self._truncate_largest_results()
         groups = yield from self._groups()
         yield from self._remove_oldest(groups)
@@ -285,7 +287,7 @@ class Ladder:
                 continue
             self._drop(members, doomed)
         yield from self._compact(doomed)
-        self.floor_removed = self.changes - before - len(self.floor_truncated)
+        self.floor_removed = len(self.removed) + len(self.stubbed) - before
 
     def _untouchable(self, item: Item) -> bool:
         """What ``reducing_floor`` never removes."""

@@ -340,7 +340,9 @@ async def test_the_sweep_catches_meter_stats_published_before_delivery(
     """A negotiated request cancelled in its last delivery keeps the meter stats of the
     last request that returned."""
 
-    async def close_publishing_first(self: Negotiable, final: Any, measured: Any) -> None:
+    async def close_publishing_first(
+        self: Negotiable, final: Any, measured: Any, *, floor_held: bool = False
+    ) -> None:
         store, plan = self._store, self._plan
         store._publish_meter(final.estimate, plan.effective, synthesized=final.synthesized)
         await store._emit_budget(plan.provenance)  # MUTANT: published before the delivery
