@@ -1,4 +1,4 @@
-"""``mount`` on a real amplifier-core ``ModuleCoordinator`` (CONTRACT 3.1, REFERENCE 1.1)."""
+"""``mount`` on a real amplifier-core ``ModuleCoordinator`` (docs/design.md section 1)."""
 
 from __future__ import annotations
 

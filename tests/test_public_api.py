@@ -59,7 +59,7 @@ PUBLIC = {
     "mount",
 }
 
-# CONTRACT 3.2, plus the configuration attributes and the read-only observability ones.
+# The manager's documented surface (docs/design.md section 1, README "Using it"), plus the configuration attributes and the read-only observability ones.
 MANAGER_SURFACE = {
     "add_message",
     "get_messages",
@@ -203,7 +203,7 @@ def test_the_testing_package_imports_neither_pytest_nor_hypothesis() -> None:
 
 
 def test_the_manager_surface_is_the_contract() -> None:
-    """What an orchestrator can call on the manager: CONTRACT 3.2 and the configuration,
+    """What an orchestrator can call on the manager: its documented surface (docs/design.md section 1) and the configuration,
     nothing that exists only for the negotiator (it uses the seam instead)."""
     assert public_names(SimpleContextManager) == MANAGER_SURFACE
 

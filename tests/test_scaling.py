@@ -1,4 +1,4 @@
-"""Scaling: 4x the history must cost less than 5x the time (CONTRACT.md section 9).
+"""Scaling: 4x the history must cost less than 5x the time (docs/design.md section 11).
 
 No absolute timing: each operation is timed on 1,000 and on 4,000 messages of the same
 deterministic agent session (``benchmarks.histories``, with tool results of 100-400 B so

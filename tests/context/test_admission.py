@@ -1,4 +1,4 @@
-"""Admission: copies, timestamps, sequence ids, validation, resets (CONTRACT 5, REFERENCE 1.4-1.6).
+"""Admission: copies, timestamps, sequence ids, validation, resets (docs/design.md section 3.1).
 
 Also: estimates are computed once at admission, and a request that needs no compaction
 returns the full view (copies, sequence ids stripped, system messages first).

@@ -1,4 +1,4 @@
-"""Budget derivation and the ``context:budget`` event (REFERENCE 4.5, 5.2 and tests 31-41)."""
+"""Budget derivation and the ``context:budget`` event (docs/design.md section 2)."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ async def budget_event(
     return payload
 
 
-# -- derivation (REFERENCE tests 31-37, 40-41) ------------------------------------------------
+# -- derivation --------------------------------------------------------------------------------
 
 
 @pytest.mark.anyio

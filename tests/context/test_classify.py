@@ -1,4 +1,4 @@
-"""Message classification (REFERENCE section 3.1, CONTRACT section 6.1).
+"""Message classification (docs/design.md sections 3.1 and 6.1).
 
 Classification reads roles and metadata only (text never changes a message's class);
 reminder envelopes are recognised by identity checks; tool ids are read in three formats.

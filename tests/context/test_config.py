@@ -1,4 +1,4 @@
-"""Configuration: defaults, strict validation, and the two lenient exceptions (CONTRACT 4)."""
+"""Configuration: defaults, strict validation, and the two lenient exceptions (README "Configuration"; docs/design.md section 12)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reduced forms (CONTRACT 5-6): every carrier of tool results is truncated alike.
+"""The reduced forms (docs/design.md sections 4.1 and 6.1): every carrier of tool results is truncated alike.
 
 ``truncated_form`` reduces ``role: tool`` messages with string or block-list content and
 ``tool_result`` blocks with string or block-list content; block lists keep their first

@@ -1,5 +1,5 @@
-"""The eight-level ladder on the ordinary path (REFERENCE 4.3-4.4, 10 items 42-59;
-CONTRACT 6), the reduced forms, no-op levels, and scaling.
+"""The eight-level ladder on the ordinary path (docs/design.md sections 4.1
+and 4.2), the reduced forms, no-op levels, and scaling.
 
 Numbers that depend on the estimator are derived from ``estimate_message`` rather than
 hard-coded, so the tests hold while the estimator is recalibrated.
@@ -315,7 +315,7 @@ def test_list_content_results_have_a_reduced_form_and_list_user_turns_no_stub() 
 
 @pytest.mark.anyio
 async def test_noop_truncations_are_neither_applied_nor_counted(anyio_backend: str) -> None:
-    """CONTRACT 6.3: results barely longer than ``truncate_chars`` are left whole and not
+    """(docs/design.md section 4.1) Results barely longer than ``truncate_chars`` are left whole and not
     counted; the reported counts are what the view shows."""
     messages = [human("first")]
     for k in range(8):
@@ -733,7 +733,7 @@ async def measure_scaling(small: Timed, large: Timed) -> None:
 
 
 def test_four_times_the_history_costs_less_than_five_times_the_time() -> None:
-    """CONTRACT 9: a compaction pass and a steady-state request on a 4x larger history
+    """(docs/design.md section 11) A compaction pass and a steady-state request on a 4x larger history
     (1,000 vs 4,000 messages) take < 5x as long (best of interleaved repeats).
 
     Timing on a shared machine has outliers (another process on the core, a polluted

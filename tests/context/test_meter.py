@@ -1,4 +1,4 @@
-"""The real-usage token meter (CONTRACT 3.2, REFERENCE 8 and tests 83-88)."""
+"""The real-usage token meter (docs/design.md section 2)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class Hostile:
         raise RuntimeError("no")
 
 
-# -- recording (REFERENCE test 83) ------------------------------------------------------------
+# -- recording -------------------------------------------------------------------------------
 
 
 @pytest.mark.anyio
@@ -164,7 +164,7 @@ async def test_real_emit_with_a_dumped_usage_model() -> None:
     await coordinator.cleanup()
 
 
-# -- gating (REFERENCE tests 84-86) -----------------------------------------------------------
+# -- gating ------------------------------------------------------------------------------------
 
 
 async def tool_history(cm: SimpleContextManager) -> None:
@@ -258,7 +258,7 @@ async def test_actual_mode_without_a_measurement_uses_the_estimate() -> None:
     assert stats["used_tokens"] == stats["estimated_tokens"]
 
 
-# -- foreground claim (REFERENCE test 87) ------------------------------------------------------
+# -- foreground claim -------------------------------------------------------------------------
 
 
 @pytest.mark.anyio
@@ -350,7 +350,7 @@ def test_token_meter_stats_directly() -> None:
     assert set(stats) == STATS_KEYS
 
 
-# -- stats on every request (REFERENCE test 88) -----------------------------------------------
+# -- stats on every request -------------------------------------------------------------------
 
 
 @pytest.mark.anyio

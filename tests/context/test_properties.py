@@ -1,7 +1,7 @@
-"""Property tests over generated histories in all three tool formats (RELIABILITY T9).
+"""Property tests over generated histories in all three tool formats (docs/design.md section 10).
 
 Every view, at every pressure, on the ordinary, retaining and hard-fit paths, meets the
-view invariants of RELIABILITY section 7 (items 1-7, 9: ``testing.check_view_invariants``)
+view invariants (docs/design.md section 10, items 1-7, 9: ``testing.check_view_invariants``)
 - the providers' tool-use rules (runs, display order, synthesized results for calls a
 later assistant turn left unanswered, and the independent provider oracle
 ``provider_rules`` for OpenAI and Anthropic), protected content verbatim, the budget of a

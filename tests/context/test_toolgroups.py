@@ -1,4 +1,4 @@
-"""Tool groups are linked by id, in every format, never by adjacency (CONTRACT 6.1).
+"""Tool groups are linked by id, in every format, never by adjacency (docs/design.md sections 3.2 and 6.1).
 
 A call's results are those admitted before the next assistant message (its run). A view
 never contains a result without its call, nor (except an unanswered tail) a call without
@@ -175,7 +175,7 @@ async def test_orphan_results_never_in_a_view(anyio_backend: str, fmt: str) -> N
 
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_partly_answered_call_gets_a_synthesized_result(anyio_backend: str, fmt: str) -> None:
-    """REFERENCE 49, new semantics: an assistant that declared A and B with only A
+    """The existing module's case, with our semantics: an assistant that declared A and B with only A
     answered, followed by later assistant turns, is shown with a synthesized error result
     for B after A's recorded result, and the group (call, A, synthesized B) is then
     complete: pressure removes it as one unit, never a part of it."""
@@ -196,7 +196,7 @@ async def test_partly_answered_call_gets_a_synthesized_result(anyio_backend: str
 
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_protected_zone_keeps_all_parallel_results(anyio_backend: str, fmt: str) -> None:
-    """REFERENCE 50: an assistant with 6 calls whose 6 results are in the protected zone
+    """(docs/design.md section 4.1) An assistant with 6 calls whose 6 results are in the protected zone
     keeps all 6 results, in every view whose budget the protected floor fits."""
     messages = tool_turns(fmt, 3)
     ids = [f"p{k}" for k in range(6)]
@@ -255,7 +255,7 @@ async def test_ids_reused_across_turns(anyio_backend: str) -> None:
 
 
 async def test_growth_cycles_never_orphan(anyio_backend: str) -> None:
-    """REFERENCE 48: across 15 growth-and-request cycles in rotating formats, every view
+    """(docs/design.md section 3.2) Across 15 growth-and-request cycles in rotating formats, every view
     pairs calls and results both ways."""
     manager = SimpleContextManager(max_tokens=4_000, protected_tool_results=1)
     admitted: list[dict[str, Any]] = []

@@ -1,4 +1,4 @@
-"""A test orchestrator for the negotiated path, shaped like loop-streaming (REFERENCE 11.1).
+"""A test orchestrator for the negotiated path, shaped like loop-streaming (docs/design.md section 5.4).
 
 ``Orchestrator.run`` does what the real loop does around one provider request:
 

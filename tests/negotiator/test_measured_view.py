@@ -1,11 +1,11 @@
-"""The measured (negotiated) path: ``get_measured_request_view`` (CONTRACT 8, REFERENCE 6).
+"""The measured (negotiated) path: ``get_measured_request_view`` (docs/design.md section 5).
 
 Covers every outcome, every fail-closed error, the result envelope and its identities,
 the count and ``fit_output`` contracts, developer protection, ``context:budget`` and the
 meter stats, rollback on every exception and cancellation, the test orchestrator's side
 of the capability, and count economy (skipping vs ``count_every_rung``).
 
-REFERENCE 10 items 94-113 are reproduced with ``count_every_rung=True`` where their count
+The existing public module's cases for this path are reproduced with ``count_every_rung=True`` where their count
 expectations depend on counting every changed rung.
 """
 
@@ -56,7 +56,7 @@ RESULT_KEYS = {
     "transaction",
 }
 
-# REFERENCE 95's configuration and history: user + 4 x 800-character tool results + user.
+# The existing public module's reference case's configuration and history: user + 4 x 800-character tool results + user.
 REF_CONFIG: dict[str, Any] = {
     "max_tokens": 1000,
     "compact_threshold": 0.8,
@@ -122,7 +122,7 @@ def has_form(view: list[dict[str, Any]], form: str) -> bool:
 
 
 def truncated_then(before: int, after: int) -> Callable[[int, Any], Any]:
-    """REFERENCE 95's counter: ``before`` until any message is truncated, then ``after``."""
+    """That reference case's counter: ``before`` until any message is truncated, then ``after``."""
     return lambda index, view: envelope(after if has_form(view, "truncated") else before)
 
 
@@ -384,7 +384,7 @@ async def test_recount_unavailable_after_oversize(skip: bool, anyio_backend: str
 @pytest.mark.anyio
 async def test_unavailable_recount_that_is_itself_oversize(anyio_backend: str) -> None:
     """A recount without a usable measurement whose own estimate/limit pair is
-    hard-oversize (1001 > 1000) fails closed too (REFERENCE 6.2: "including the unavailable
+    hard-oversize (1001 > 1000) fails closed too (docs/design.md sections 5.2 and 9; the existing module's rule: "including the unavailable
     attempt's own old-style estimated/limit pair")."""
     context, _ = await ref_store(anyio_backend, count_every_rung=True)
     before = snapshot(context)

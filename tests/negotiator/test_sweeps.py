@@ -1,4 +1,4 @@
-"""Fault sweeps over every await point of a negotiated request (RELIABILITY T1, T2, T4, T5).
+"""Fault sweeps over every await point of a negotiated request (docs/design.md section 10).
 
 Each sweep is ``amplifier_module_context_simple.testing.sweep``: it first runs the request
 with no faults (the reference run: the expected ``after`` snapshot, the events the store

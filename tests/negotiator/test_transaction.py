@@ -1,7 +1,7 @@
 """The negotiated request's transaction: the table, commit/rollback rules, isolation,
 conflicts, and the narrow handle orchestrators hold.
 
-CONTRACT 8.2 and our differences from REFERENCE 6.5: ``commit`` applies the staged
+docs/design.md section 5.3, and where we differ from the existing public module: ``commit`` applies the staged
 decisions synchronously *first* and then delivers ``context:compaction`` (the commit
 stands once delivery started); a version conflict makes ``commit`` return False with
 nothing applied and ``transaction.conflict`` True.
@@ -597,9 +597,9 @@ async def test_admission_between_staging_and_commit_is_not_a_conflict(anyio_back
 
 @pytest.mark.anyio
 async def test_commit_is_idempotent_and_rollback_after_commit_is_a_noop(anyio_backend: str) -> None:
-    """(REFERENCE 103) ``commit`` -> True and the decisions are kept; ``rollback`` afterwards
+    """(the existing module's behaviour, kept) ``commit`` -> True and the decisions are kept; ``rollback`` afterwards
     changes nothing; ``commit`` again -> True; exactly one ``context:compaction`` event,
-    carrying the staged stats (REFERENCE 113)."""
+    carrying the staged stats (as the existing module's)."""
     _, context, recorder, _, result, _ = await negotiated(anyio_backend)
     txn = result["transaction"]
     staged_stats: dict[str, Any] | None = txn.stats
@@ -618,7 +618,7 @@ async def test_commit_is_idempotent_and_rollback_after_commit_is_a_noop(anyio_ba
 
 @pytest.mark.anyio
 async def test_rolled_back_transaction_does_not_commit(anyio_backend: str) -> None:
-    """(REFERENCE 103) After ``rollback``, ``commit`` -> False and the store is as before."""
+    """(the existing module's behaviour, kept) After ``rollback``, ``commit`` -> False and the store is as before."""
     _, context, recorder, _, result, _ = await negotiated(anyio_backend)
     before = snapshot(context)
     txn = result["transaction"]
@@ -692,7 +692,7 @@ def state_now(txn: RequestTransaction) -> TxnState:
 async def test_raising_predicate_propagates_and_leaves_it_ready(
     then: str, anyio_backend: str
 ) -> None:
-    """(REFERENCE 105) A raising ``is_cancelled`` propagates and leaves the transaction READY
+    """(the existing module's behaviour, kept) A raising ``is_cancelled`` propagates and leaves the transaction READY
     with nothing applied; a later ``rollback`` restores nothing-applied for good, a later
     ``commit`` still commits."""
     _, context, _, _, result, machine = await negotiated(anyio_backend)
@@ -744,7 +744,7 @@ class BlockingHooks:
 
 @pytest.mark.anyio
 async def test_commit_stands_once_delivery_started(anyio_backend: str) -> None:
-    """(REFERENCE 104, our rule) The decisions are applied before ``context:compaction`` is
+    """(our rule, docs/design.md section 5.3) The decisions are applied before ``context:compaction`` is
     delivered: while the delivery blocks the store already shows them, ``is_cancelled``
     turning True and a concurrent ``rollback`` change nothing, and ``commit`` returns True."""
     _, context, _, _, result, machine = await negotiated(anyio_backend)

@@ -1,9 +1,9 @@
-"""The stateful model of the store (RELIABILITY T7 and T8), on asyncio and on trio.
+"""The stateful model of the store (docs/design.md section 10), on asyncio and on trio.
 
 Hypothesis has no async stateful testing, so every rule runs its async work with
 ``portal.call`` (anyio's blocking portal on the machine's backend). One machine drives one
 store through everything that changes it, against two models written from the contract
-(CONTRACT 5, 8.2), independently of the implementation's tables:
+(docs/design.md sections 3.1 and 5.3), independently of the implementation's tables:
 
 - ``ReferenceStore`` (``testing``): the canonical history and the version;
 - the committed decisions: the very object the last commit made the store's (an ordinary
@@ -77,7 +77,7 @@ LEGAL: dict[TxnState, frozenset[TxnEvent]] = {
     TxnState.COMMITTED: frozenset({TxnEvent.COMMIT, TxnEvent.ROLLBACK}),
     TxnState.ROLLED_BACK: frozenset({TxnEvent.COMMIT, TxnEvent.ROLLBACK}),
 }
-"""From CONTRACT 8.2 (not the implementation's table): what may happen to a finished one
+"""From the transaction's documented rules (docs/design.md section 5.3; not the implementation's table): what may happen to a finished one
 (once terminal, ``commit`` and ``rollback`` are no-ops)."""
 
 STAGE, CHECK, APPLY, DISCARD = "stage", "check history", "apply", "discard"
@@ -105,7 +105,7 @@ MODEL_TABLE: dict[TxnState, dict[TxnEvent, tuple[TxnState, tuple[str, ...]]]] = 
     S.COMMITTED: {E.COMMIT: (S.COMMITTED, ()), E.ROLLBACK: (S.COMMITTED, ())},
     S.ROLLED_BACK: {E.COMMIT: (S.ROLLED_BACK, ()), E.ROLLBACK: (S.ROLLED_BACK, ())},
 }
-"""The transaction's table as the model reads CONTRACT 8.2 and the transaction module's
+"""The transaction's table as the model reads docs/design.md section 5.3 and the transaction module's
 documentation: state -> event -> (next state, effects in order). Missing: illegal."""
 LIVE = frozenset({S.STAGED, S.COUNTING, S.COUNTED, S.FITTING})
 

@@ -1,4 +1,4 @@
-"""Bad values from every seam, and bad arguments (RELIABILITY T6).
+"""Bad values from every seam, and bad arguments (docs/design.md sections 5.4 and 9).
 
 ``count_view`` envelopes with negative, bool, float, NaN, huge, string or missing counts and
 non-dict shapes; ``fit_output`` garbage; seams that mutate the view they are given; a

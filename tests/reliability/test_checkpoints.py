@@ -1,4 +1,4 @@
-"""Checkpoint discipline (RELIABILITY T13, C5), on anyio's trio backend.
+"""Checkpoint discipline (docs/design.md sections 3.5 and 10), on anyio's trio backend.
 
 - The transaction's synchronous API (the machine's driver methods, its transition
   function ``_fire`` with the commit step, ``rollback``, and the handle's ``rollback`` and

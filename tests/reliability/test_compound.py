@@ -1,4 +1,4 @@
-"""Compound faults (RELIABILITY T3): a fault while the store is already failing.
+"""Compound faults (docs/design.md section 10): a fault while the store is already failing.
 
 The module's failure paths are synchronous (rollback discards the staged transaction), so
 a second fault can only come from a seam that is still reached: hook delivery, the

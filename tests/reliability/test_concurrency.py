@@ -1,4 +1,4 @@
-"""Time and concurrency (RELIABILITY T12).
+"""Time and concurrency (docs/design.md section 8).
 
 - Concurrent negotiations against one store, committed concurrently: the first commit
   wins, every later one (staged on the same version) returns False with ``conflict`` set

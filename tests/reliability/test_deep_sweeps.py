@@ -1,4 +1,4 @@
-"""Deep tier: full sweeps over Hypothesis-generated histories (RELIABILITY section 8).
+"""Deep tier: full sweeps over Hypothesis-generated histories (the deep tier, ``make test-deep``; docs/design.md section 10).
 
 Each example draws a history (all three tool formats, mixed), a configuration, a pressure
 and an operation (ordinary, hard fit with retained reminders, negotiated, commit), then

@@ -67,7 +67,7 @@ async def test_a_result_without_a_call_id_never_reaches_a_view(
 async def test_a_result_with_a_non_string_call_id_is_rejected(
     operation: str, anyio_backend: str
 ) -> None:
-    """CONTRACT 3.2: a bad message shape raises a ``ValueError`` naming the problem and the
+    """A bad message (docs/design.md section 3.1): a bad message shape raises a ``ValueError`` naming the problem and the
     history stays as it was."""
     manager = SimpleContextManager()
     await manager.set_messages([{"role": "user", "content": "hi"}])
@@ -171,7 +171,7 @@ async def test_a_hook_editing_its_payload_changes_nothing_stored(
 async def test_a_reset_during_a_count_fails_typed(move: str, anyio_backend: str) -> None:
     """The history replaced (``clear``, or ``set_messages`` with an unrelated list) while a
     negotiated request is being counted: the request raises ``TransactionConflictError``
-    (CONTRACT 8.2, README "Errors"), its one transaction is rolled back, and nothing of it
+    (docs/design.md section 5.3, README "Errors"), its one transaction is rolled back, and nothing of it
     reaches the store."""
     manager = SimpleContextManager(token_meter="actual", max_tokens=3000, protected_tool_results=1)
     await manager.set_messages(mixed_history(1200))

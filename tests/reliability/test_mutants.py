@@ -1,4 +1,4 @@
-"""Testing the tests (RELIABILITY T14): one planted mutant per harness, which it must catch.
+"""Testing the tests (docs/design.md section 10): one planted mutant per harness, which it must catch.
 
 Each test monkeypatches one deliberate bug into the package, runs the harness unchanged
 against it, and asserts that the harness reports a failure (and, where it matters, that a
@@ -247,7 +247,7 @@ async def test_the_negotiation_sweep_catches_a_missing_rollback(
 async def test_only_the_native_sweep_catches_a_shielded_delivery_before_the_commit(
     monkeypatch: pytest.MonkeyPatch, anyio_backend: str
 ) -> None:
-    """RELIABILITY section 2: native ``Task.cancel()`` pierces anyio shields."""
+    """Native ``Task.cancel()`` pierces anyio shields (asyncio cancels the task itself, not a scope); docs/design.md section 10."""
     monkeypatch.setattr(_Machine, "commit", commit_shielded_delivery_first)
     await run_sweep(COMMIT, None, CANCEL, False)  # the shield fools the anyio sweep
     with pytest.raises(SweepFailure, match="boundary delivery must keep the commit"):

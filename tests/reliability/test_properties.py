@@ -1,4 +1,4 @@
-"""Property tests over generated and corrupted histories (RELIABILITY T9, T10).
+"""Property tests over generated and corrupted histories (docs/design.md sections 3.1 and 10).
 
 T9: histories in all three tool formats, mixed within one history (parallel calls, results
 in any order and split across messages, machine messages between results, envelopes,
