@@ -23,18 +23,13 @@ from amplifier_module_context_simple.context.estimate import estimate_message
 from amplifier_module_context_simple.context.notice import notice_message
 from amplifier_module_context_simple.testing import RecordingHooks, strip_notice
 from tests.context.strategies import calls, fill, results
+from tests.context.test_sticky import LOG, human
 from tests.negotiator.orchestrator import counted, proportional
-
-LOG = "log line: compiling module ok\n"
 
 
 @pytest.fixture(autouse=True)
 def _quiet(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR)
-
-
-def human(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 def tokens(view: list[dict[str, Any]]) -> int:
