@@ -1,4 +1,4 @@
-"""Budget honesty (CONTRACT 6.3a): the notice is budgeted, the budget is kept when the
+"""Budget honesty (docs/design.md sections 4.4 and 7.4): the notice is budgeted, the budget is kept when the
 irreducible content fits it, compaction never grows a view, and protected tool results
 never strand a session (the floor is reduced past the eight rungs).
 

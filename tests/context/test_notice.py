@@ -1,4 +1,4 @@
-"""The tail compaction notice (REFERENCE 4.6, 10 items 60-64; our wording).
+"""The tail compaction notice (docs/design.md section 7.4; the existing module's placement rules, in our wording).
 
 One user-role message, last, only on a compacted view, never in the prefix, never stored,
 skipped while the view ends with an unanswered tool call; identical text until the next
@@ -89,7 +89,10 @@ async def test_minimal_verbosity(anyio_backend: str) -> None:
     lines = view[-1]["content"].split("\n")
     assert len(lines) == 3
     assert lines[0] == NOTICE_OPEN and lines[2] == NOTICE_CLOSE
-    assert "condensed" in lines[1] or "compacted" in lines[1]
+    assert lines[1] == (
+        "Earlier parts of this conversation were condensed to fit the context window; "
+        "some older tool output and messages are shortened or omitted."
+    )
 
 
 async def test_verbose_adds_view_sizes(anyio_backend: str) -> None:

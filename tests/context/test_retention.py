@@ -1,4 +1,4 @@
-"""Request-scoped retention and hard fit (CONTRACT 7, REFERENCE 7 and 10 items 69-82).
+"""Request-scoped retention and hard fit (docs/design.md sections 4.2 and 9).
 
 Named persisted reminder bodies (the newest admitted envelope per body) are kept complete
 with the first and latest human prompts; a missing body and an irreducible required set
@@ -141,7 +141,7 @@ async def test_newest_copy_of_a_repeated_body_is_retained(anyio_backend: str) ->
     ],
 )
 async def test_missing_body_fails_closed(anyio_backend: str, missing: str) -> None:
-    """71 and CONTRACT 6.5: a body no admitted persisted envelope carries raises
+    """71 (README "Errors"): a body no admitted persisted envelope carries raises
     RetainedContentMissingError, which is both a ContextLengthError and a ValueError;
     nothing changes and nothing lingers."""
     messages = history()
@@ -462,7 +462,7 @@ async def test_factory_errors_leave_no_trace(anyio_backend: str) -> None:
         await manager.set_system_prompt_factory("not callable")  # type: ignore[arg-type]  # the error under test
 
 
-# -- cancellation at every await point (RELIABILITY T1) --------------------------------------------
+# -- cancellation at every await point (docs/design.md section 10) -----------------------------
 
 
 async def prepared(plan: FaultPlan) -> tuple[SimpleContextManager, FaultyHooks]:

@@ -1,4 +1,4 @@
-"""Sticky decisions and the storm guard (REFERENCE 4.7, 10 items 64-68; CONTRACT 6.2).
+"""Sticky decisions and the storm guard (docs/design.md sections 3.4, 7.1 and 7.2).
 
 Decisions are keyed by sequence id, reapplied on every later request, only ever grow, and
 change only on a request that delivers ``context:compaction``; so a view's prefix is
