@@ -400,21 +400,29 @@ class Ladder:
             if index not in protected_results and items[index].seq not in self.protected
         ]
 
-    def _truncate_wave(self, scope: _Scope) -> Steps[bool]:
+    def _walk(self, scope: _Scope, act: Callable[[Item], None]) -> Steps[bool]:
+        """``act`` on the scope's items from its cursor on, oldest first, until the view
+        fits (the cursor is kept for a continuation: False) or the scope is through
+        (True); pausing every ``HEAVY_STRIDE`` items."""
         for index in range(scope.cursor, len(scope.items)):
             if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
                 yield
             if self.fits:
                 scope.cursor = index
                 return False
-            item = scope.items[index]
+            act(scope.items[index])
+        return True
+
+    def _truncate_wave(self, scope: _Scope) -> Steps[bool]:
+        def truncate(item: Item) -> None:
             if item.form != "full":
-                continue
+                return
             form = self.truncate(item)
             if form is not None:
                 self._replace(item, form, "truncated")
                 self.truncated.add(item.seq)
-        return True
+
+        return self._walk(scope, truncate)
 
     def _groups(self) -> Steps[dict[int, list[Item]]]:
         """The items of each tool group, by group id, in view order."""
@@ -475,16 +483,11 @@ class Ladder:
         scope.items = list(self.items)
 
     def _stub_pass(self, scope: _Scope) -> Steps[bool]:
-        for index in range(scope.cursor, len(scope.items)):
-            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
-                yield
-            if self.fits:
-                scope.cursor = index
-                return False
-            item = scope.items[index]
+        def stub(item: Item) -> None:
             if item.seq not in scope.keep and item.form == "full" and self._is_user_turn(item):
                 self._stub(item)
-        return True
+
+        return self._walk(scope, stub)
 
     @staticmethod
     def _is_user_turn(item: Item) -> bool:
@@ -544,15 +547,10 @@ class Ladder:
 
     def _stub_envelopes(self, scope: _Scope) -> Steps[bool]:
         """Rung 8, first half: stub machine-written user turns that nobody retains."""
-        for index in range(scope.cursor, len(scope.items)):
-            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
-                yield
-            if self.fits:
-                scope.cursor = index
-                return False
-            item = scope.items[index]
+
+        def stub(item: Item) -> None:
             info = item.info
-            if (
+            if not (
                 info.role != "user"
                 or info.is_human
                 or info.is_result_carrier
@@ -560,9 +558,9 @@ class Ladder:
                 or item.seq in self.protected
                 or item.form != "full"
             ):
-                continue
-            self._stub(item)
-        return True
+                self._stub(item)
+
+        return self._walk(scope, stub)
 
     def _old_stub_scope(self, scope: _Scope) -> Steps[None]:
         """Rung 8, second half: the items before the boundary frozen at its first
