@@ -446,7 +446,8 @@ def main() -> int:
         f"marked *): {summary.dominated}; median breaks per 100 requests at budgets <= "
         f"{SMALL // 1000}k: module {summary.module_breaks_small:.1f}, hy50 "
         f"{summary.hy50_breaks_small:.1f}; equal-context trimmer's bill / module's (median): "
-        f"{summary.equal_bill_ratio:.2f}; negotiated path: dominated {summary.negotiated_dominated}, "
+        f"{summary.equal_bill_ratio:.2f}; negotiated path: dominated "
+        f"{summary.negotiated_dominated}, "
         f"median breaks at <= {SMALL // 1000}k {summary.negotiated_breaks_small:.1f}, "
         f"requests failed closed {summary.negotiated_failed}"
     )

@@ -12,7 +12,8 @@ Nothing here awaits except ``pace`` (planning work in slices, ``slices.py``) and
 deliveries (``deliver_compaction``, ``close``). The work that grows with the history is
 written as steps (``preparing``, ``stepping``, ``reducing_floor``, ``falling_back``,
 ``finalising``): the negotiator runs them through ``pace``, which yields to the event loop
-between slices; ``step`` and ``finalised`` run them without pausing. Every candidate is built from the request's snapshot (its ``RequestPlan``), so a
+between slices; ``step`` and ``finalised`` run them without pausing. Every candidate is
+built from the request's snapshot (its ``RequestPlan``), so a
 paused one stays consistent; whether the store moved meanwhile is the transaction's check
 (``negotiator/transaction.py``).
 """

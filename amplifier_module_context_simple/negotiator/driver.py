@@ -15,7 +15,8 @@ the next rung; a rung that has nothing left moves on. ``negotiate(...,
 exhaust_rungs=True)`` keeps the existing module's rule, every rung exhausting its legal
 work, for comparison (the benchmarks); it is not a configuration key.
 
-It awaits only through its seams (``count_view``, ``fit_output`` and the return boundary's event delivery) and between the
+It awaits only through its seams (``count_view``, ``fit_output`` and the return
+boundary's event delivery) and between the
 slices of the work that grows with the history (each rung, each candidate, the final
 stats: ``Negotiable.pace``). Everything it keeps is staged in the transaction, whose
 REDUCE and FINISH entries check, like a count's, that the history was not replaced while

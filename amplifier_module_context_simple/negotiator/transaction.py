@@ -46,7 +46,8 @@ before the cancellation check and the commit step, then event delivery after it 
 commit stands once delivery starts, even if the caller is cancelled during it).
 
 Orchestrators receive a ``RequestTransaction``: ``commit``, ``rollback``, and the
-read-only ``state``, ``conflict``, ``has_changes`` and ``stats``. The negotiation driver holds the machine itself (``_Machine``), which is
+read-only ``state``, ``conflict``, ``has_changes`` and ``stats``. The negotiation driver
+holds the machine itself (``_Machine``), which is
 not reachable from the handle.
 """
 
