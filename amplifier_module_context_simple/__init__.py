@@ -84,7 +84,7 @@ async def mount(
     if hooks is not None:
 
         async def on_llm_response(event: str, data: Any) -> None:
-            await context._on_llm_response(event, data)
+            await context.on_llm_response(event, data)
 
         unregister = hooks.register(
             "llm:response",

@@ -14,7 +14,8 @@ from typing import Any
 from .context.config import TOKEN_METER_ACTUAL
 from .context.store import ContextStore
 from .errors import TokenMeterError
-from .negotiator.driver import check_seams, negotiate
+from .negotiator.driver import negotiate
+from .negotiator.envelopes import check_seams
 
 __all__ = ("SimpleContextManager",)
 
@@ -60,5 +61,5 @@ class SimpleContextManager(ContextStore):
         if self.token_meter != TOKEN_METER_ACTUAL:
             raise TokenMeterError("measured request views require token_meter='actual'")
         check_seams(count_view, fit_output)
-        seam = await self.open_negotiation(provider, retain_contents)
+        seam = await self._open_negotiation(provider, retain_contents)
         return await negotiate(seam, count_view=count_view, fit_output=fit_output)

@@ -401,7 +401,7 @@ async def _land(
         await asyncio.sleep(0)  # a provider's count is an await
         return provider.envelope(view, budget, budget)
 
-    seam = await manager.open_negotiation(None, [])
+    seam = await manager._open_negotiation(None, [])
     try:
         result = await negotiate(seam, count_view=count_view, exhaust_rungs=policy == "old rule")
     except ProviderLimitError:

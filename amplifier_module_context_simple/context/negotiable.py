@@ -1,40 +1,49 @@
 """The seam between the store and the negotiator: one planned request, handed out whole.
 
 A negotiated request needs, from the store: the candidate views of one planned request,
-rung by rung, with our estimate of each; the compaction stats of the one it keeps; a
-way to commit it; and the request's return boundary (budget event, meter stats). A
-``Negotiable`` is exactly that, built by the store for one request and used once. The
-negotiator (``negotiator/``) sees views, estimates and ``Candidate`` values, never the
+rung by rung, with our estimate of each; the compaction stats of the one it keeps; one
+commit; and the request's return boundary (budget event, meter stats). A ``Negotiable``
+is exactly that, built by the store for one request and used once. It is made of two
+narrow, typed parts and nothing else:
+
+- the ``RequestPolicy`` (``policy.py``): the rules every request path shares (rendering,
+  the trigger, the ladder, the floor, the notice), on the request's own snapshot (its
+  ``RequestPlan``);
+- a ``StoreLink``: the store's own bound methods for what only the store can do (its
+  history's epoch, the version check, the one commit, the deliveries, the meter stats).
+
+The negotiator (``negotiator/``) sees views, estimates and ``Candidate`` values, never the
 store, its history, its ladder or a message's internals; ``context`` does not import
-``negotiator`` at all (the package's ``manager.py`` composes the two).
+``negotiator`` at all (the package's ``manager.py`` composes the two). The commit is not
+a method of the seam: ``claim_commit`` hands it out once, to the request's transaction
+(``negotiator/transaction.py``), which claims it when it is created; nothing else can
+commit a negotiated request's decisions.
 
 Nothing here awaits except ``pace`` (planning work in slices, ``slices.py``) and the two
 deliveries (``deliver_compaction``, ``close``). The work that grows with the history is
 written as steps (``preparing``, ``stepping``, ``reducing_floor``, ``falling_back``,
 ``finalising``): the negotiator runs them through ``pace``, which yields to the event loop
 between slices; ``step`` and ``finalised`` run them without pausing. Every candidate is
-built from the request's snapshot (its ``RequestPlan``), so a
-paused one stays consistent; whether the store moved meanwhile is the transaction's check
-(``negotiator/transaction.py``).
+built from the request's snapshot, so a paused one stays consistent; whether the store
+moved meanwhile is the transaction's check.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
+from ..errors import TransactionStateError
 from .decisions import Decisions
 from .ladder import RUNG_COUNT, Ladder
 from .plan import RequestPlan
-from .slices import Steps, run_through
+from .policy import RequestPolicy
+from .slices import Pacer, Steps, run_through
 
-if TYPE_CHECKING:
-    from .store import ContextStore
-
-__all__ = ("Candidate", "Negotiable")
+__all__ = ("Candidate", "Commit", "Negotiable", "StoreLink")
 
 RUNGS: Final = range(1, RUNG_COUNT + 1)
 T = TypeVar("T")
@@ -60,15 +69,42 @@ class Candidate:
         return None if stats is None else stats.to_event()
 
 
+Commit = Callable[["Candidate"], None]
+"""A negotiated request's one commit (synchronous): make the candidate's decisions the
+store's, or raise ``TransactionConflictError`` with nothing applied."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLink:
+    """What a negotiated request needs of the store itself: the store's own bound methods,
+    handed to the request's seam (the store builds one per request)."""
+
+    pacer: Pacer
+    """Runs planning steps in slices, yielding to the event loop between them."""
+    epoch: Callable[[], int]
+    """The history's epoch now (``set_messages``/``clear`` move it)."""
+    check_version: Callable[[tuple[int, int]], None]
+    """Raise ``TransactionConflictError`` unless the store is still at the version."""
+    commit: Callable[[Decisions, tuple[int, int]], None]
+    """The store's one commit primitive: check the version, then swap the decisions."""
+    deliver_compaction: Callable[[dict[str, Any]], Awaitable[None]]
+    """Deliver ``context:compaction`` (a failing hook is logged, never raised)."""
+    close: Callable[[RequestPlan, int, int, bool, int | None], Awaitable[None]]
+    """The return boundary: emit ``context:budget`` (on change), then publish the meter
+    stats (plan, final estimate, synthesized results, floor held, provider count)."""
+
+
 class Negotiable:
     """One planned negotiated request: candidates, stats, commit and return boundary."""
 
     rungs: Final = RUNGS
 
-    def __init__(self, store: ContextStore, plan: RequestPlan) -> None:
-        self._store = store
+    def __init__(self, policy: RequestPolicy, link: StoreLink, plan: RequestPlan) -> None:
+        self._policy = policy
+        self._link = link
         self._plan = plan
-        config = store.config
+        self._claimed = False
+        config = policy.config
         self.trigger: float = plan.effective * config.compact_threshold
         """Counts at or above this compact."""
         self.target: int = int(plan.effective * config.target_usage)
@@ -93,16 +129,16 @@ class Negotiable:
 
     def preparing(self) -> Steps[None]:
         """The request's protected developer messages and its base candidate, as steps
-        (``open_negotiation`` paces them)."""
+        (``ContextStore._open_negotiation`` paces them)."""
         if self._base is not None:
             return
-        self._developers = yield from self._store._developer_seqs(self._plan)
+        self._developers = yield from self._policy.developer_seqs(self._plan)
         self._base = yield from self._candidate(self._plan.decisions)
 
     async def pace(self, steps: Steps[T]) -> T:
         """Run ``steps`` (one of this seam's) in slices, yielding to the event loop
         between them; its result."""
-        return await self._store._pacer.run(steps)
+        return await self._link.pacer.run(steps)
 
     # -- candidates ----------------------------------------------------------------
 
@@ -110,12 +146,12 @@ class Negotiable:
         """The notice-inclusive view under ``decisions``: the notice must fit the policy
         budget (and, while the floor is reduced, the provider's limit) and may not make a
         reduced candidate larger than the view the negotiation started from."""
-        store, plan = self._store, self._plan
-        rendered = yield from store._rendering(plan, decisions)
-        ceiling = min(store._notice_ceiling(plan, rendered), self._limit)
+        policy, plan = self._policy, self._plan
+        rendered = yield from policy.rendering(plan, decisions)
+        ceiling = min(policy.notice_ceiling(plan, rendered), self._limit)
         if decisions is not plan.decisions:
             ceiling = min(ceiling, self._base_tokens)
-        view, notice = store._with_notice(
+        view, notice = policy.with_notice(
             rendered.messages, decisions, room=ceiling - rendered.tokens
         )
         if decisions is plan.decisions:
@@ -140,7 +176,7 @@ class Negotiable:
         """The working ladder (built on first use), as steps."""
         if self._ladder is None:
             yield from self.preparing()  # (the developer messages are protected)
-            self._ladder = yield from self._store._laddering(
+            self._ladder = yield from self._policy.laddering(
                 self._plan, self._plan.decisions, target=-1, extra_protected=self._developers
             )
             self._notice = self.base.estimate - self._ladder.total
@@ -188,7 +224,7 @@ class Negotiable:
         ladder = yield from self._laddered()
         before = ladder.changes
         self._limit = limit
-        yield from self._store._reducing_floor(ladder, limit)
+        yield from self._policy.reducing_floor(ladder, limit)
         if ladder.changes == before:
             return None
         merged = yield from self._plan.decisions.merging(ladder)
@@ -197,27 +233,20 @@ class Negotiable:
     def falling_back(self) -> Steps[Candidate | None]:
         """No usable first count: the estimate-driven ladder, as an ordinary request would
         climb it. The candidate, or None when the estimate needs no compaction; as steps."""
-        store, plan = self._store, self._plan
-        estimate = self.base.estimate
-        used = store._used_tokens(estimate)
-        should = plan.effective > 0 and used / plan.effective >= store.compact_threshold
-        if plan.retained and estimate > plan.effective:
-            should = True
-        if not should:
+        policy, plan = self._policy, self._plan
+        if not policy.compaction_due(plan, self.base.estimate):
             return None
-        ladder = yield from store._laddering(
-            plan,
-            plan.decisions,
-            target=store._ordinary_target(plan),
-            extra_protected=self._developers,
+        target = policy.target(plan)
+        ladder = yield from policy.laddering(
+            plan, plan.decisions, target=target, extra_protected=self._developers
         )
         yield from ladder.climbing()
         if ladder.total > plan.budget:
-            yield from store._reducing_floor(ladder, plan.budget)
+            yield from policy.reducing_floor(ladder, plan.budget)
         if ladder.changes == 0:
             return None
         self._ladder = ladder
-        self._stats_target = store._ordinary_target(plan)
+        self._stats_target = target
         merged = yield from plan.decisions.merging(ladder)
         return (yield from self._candidate(merged))
 
@@ -228,10 +257,10 @@ class Negotiable:
 
     def finalising(self, candidate: Candidate, **measurement: Any) -> Steps[Candidate]:
         """``finalised`` as steps."""
-        store, plan = self._store, self._plan
-        rendered = yield from store._rendering(plan, plan.decisions, copy=False)
+        policy, plan = self._policy, self._plan
+        rendered = yield from policy.rendering(plan, plan.decisions, copy=False)
         ladder = yield from self._laddered()
-        stats = yield from store._compactor.stating(
+        stats = yield from policy.compactor.stating(
             plan.history, plan, rendered, ladder, candidate.decisions, self._stats_target
         )
         kept = yield from rendered.prefix_keeping(candidate.view)
@@ -254,23 +283,35 @@ class Negotiable:
     def history_replaced(self) -> bool:
         """Whether ``set_messages``/``clear`` replaced the history since planning (an
         append does not: the planned prefix is unchanged)."""
-        return self._store._epoch != self._plan.epoch
+        return self._link.epoch() != self._plan.epoch
 
-    def commit(self, candidate: Candidate) -> None:
-        """Make ``candidate``'s decisions the store's (synchronous).
+    def claim_commit(self) -> Commit:
+        """The request's one commit, handed out once: the transaction claims it when it is
+        created (``negotiator/transaction.py``).
+
+        The commit makes a candidate's decisions the store's, synchronously; it raises
+        ``TransactionConflictError``, with nothing applied, when the store moved (another
+        commit, ``set_messages``, ``clear``) since planning.
 
         Raises:
-            TransactionConflictError: the store moved (another commit, ``set_messages``,
-                ``clear``) since planning; nothing is applied.
+            TransactionStateError: the commit was claimed already.
         """
-        self._store._commit(candidate.decisions, self._plan.version)
+        if self._claimed:
+            raise TransactionStateError("claim the commit", "CLAIMED")
+        self._claimed = True
+        commit, version = self._link.commit, self._plan.version
+
+        def committing(candidate: Candidate) -> None:
+            commit(candidate.decisions, version)
+
+        return committing
 
     def check_current(self) -> None:
         """Raise ``TransactionConflictError`` when the store moved since planning."""
-        self._store._check_version(self._plan.version)
+        self._link.check_version(self._plan.version)
 
     async def deliver_compaction(self, stats: dict[str, Any]) -> None:
-        await self._store._deliver_compaction(stats)
+        await self._link.deliver_compaction(stats)
 
     # -- the return boundary --------------------------------------------------------
 
@@ -283,20 +324,4 @@ class Negotiable:
         A delivery that raises leaves no trace: the meter stats stay those of the last
         request that returned and the budget is emitted again by the next request.
         """
-        await self._store._emit_budget(self._plan.provenance)
-        self._store._learned = self._plan.limit
-        self._store._publish_meter(
-            final.estimate,
-            self._plan.effective,
-            synthesized=final.synthesized,
-            floor_held=floor_held,
-        )
-        assert self._store._last_token_meter_stats is not None
-        self._store._last_token_meter_stats["provider_count"] = measured
-
-
-def check_retain(retain_contents: Sequence[str]) -> tuple[str, ...]:
-    """Validate ``retain_contents`` (a list of strings) and drop repeats, keeping order."""
-    if isinstance(retain_contents, str) or not all(isinstance(b, str) for b in retain_contents):
-        raise TypeError("retain_contents must be a list of strings")
-    return tuple(dict.fromkeys(retain_contents))
+        await self._link.close(self._plan, final.estimate, final.synthesized, floor_held, measured)

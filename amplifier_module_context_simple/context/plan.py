@@ -2,14 +2,57 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from .budget import LearnedLimit
+from ..errors import RetainedContentMissingError
+from .budget import LearnedLimit, apply_learned_limit, window_of
+from .config import ContextConfig
 from .decisions import Decisions
 from .history import History
 
-__all__ = ("RequestPlan",)
+__all__ = ("RequestArgs", "RequestPlan", "notice_reserve", "protected_seqs")
+
+
+def notice_reserve(configured: int, budget: int) -> int:
+    """The notice reserve for ``budget``: the configured one, scaled down for small budgets.
+
+    A reserve may take at most a quarter of the budget (a larger one would leave the view
+    almost nothing); the notice itself is budgeted separately (``RequestPolicy.with_notice``).
+    """
+    return min(configured, budget // 4)
+
+
+def protected_seqs(history: History, retain: Sequence[str]) -> frozenset[int]:
+    """Seqs every view of a request keeps complete: the first and latest human prompts and
+    the newest reminder envelope of each retained body.
+
+    Raises:
+        RetainedContentMissingError: a retained body is not in the admitted history.
+    """
+    protected = {seq for seq in (history.first_human, history.last_human) if seq is not None}
+    for body in retain:
+        seq = history.latest_envelope.get(body)
+        if seq is None:
+            raise RetainedContentMissingError(
+                "Requested retained injection is not in admitted history: no persisted "
+                f"reminder envelope has this content ({len(body)} characters)"
+            )
+        protected.add(seq)
+    return frozenset(protected)
+
+
+class RequestArgs(NamedTuple):
+    """What the caller asked of one request, with the budget derived for it."""
+
+    provenance: dict[str, Any]
+    """The budget's provenance (``derive_budget``), before a learned limit."""
+    factory_text: str | None
+    token_budget: int | None
+    provider: Any
+    retain: Sequence[str]
+    hard_fit: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,3 +79,55 @@ class RequestPlan:
     hard_fit: bool
     limit: LearnedLimit | None = None
     """The learned provider limit this request leaves for later ones (``budget.py``)."""
+
+    @classmethod
+    def taken(
+        cls,
+        args: RequestArgs,
+        *,
+        config: ContextConfig,
+        learned: LearnedLimit | None,
+        history: History,
+        epoch: int,
+        version: tuple[int, int],
+        decisions: Decisions,
+    ) -> RequestPlan:
+        """The plan of a request asked as ``args`` of a store in this state (its history,
+        committed decisions and learned provider limit).
+
+        A hard-fit request with an explicit budget is a provider-directed rebuild: its
+        budget is the provider's real limit, learned for later requests. A request with no
+        explicit budget applies the learned limit (forgotten when the provider reports
+        another window).
+
+        Raises:
+            RetainedContentMissingError: a retained body is not in the admitted history.
+        """
+        provenance, limit = args.provenance, learned
+        if config.learn_provider_limits:
+            window = window_of(args.provider)
+            if args.hard_fit and args.token_budget is not None:
+                limit = LearnedLimit(provenance["effective_budget"], window)
+            elif args.token_budget is None:
+                provenance = apply_learned_limit(provenance, learned, window)
+                if limit is not None and limit.window != window:
+                    limit = None
+        budget: int = provenance["effective_budget"]
+        effective = budget
+        if config.compaction_notice_enabled:
+            effective = budget - notice_reserve(config.compaction_notice_token_reserve, budget)
+        return cls(
+            provenance=provenance,
+            budget=budget,
+            effective=effective,
+            factory_text=args.factory_text,
+            history=history,
+            length=len(history),
+            epoch=epoch,
+            version=version,
+            decisions=decisions,
+            protected=protected_seqs(history, args.retain),
+            retained=bool(args.retain),
+            hard_fit=args.hard_fit,
+            limit=limit,
+        )

@@ -16,7 +16,7 @@ Many sessions on one event loop: the work of a request that grows with the histo
 loop once a few milliseconds of work have passed; only the commit is one synchronous
 step. A plan reads its own snapshot (``RequestPlan``), never the store's current state, and
 is checked against the store before it is committed (see ``_request`` and
-``open_negotiation`` for what happens when the store moved meanwhile).
+``_open_negotiation`` for what happens when the store moved meanwhile).
 """
 
 from __future__ import annotations
@@ -24,21 +24,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Generic, Self, TypeVar
+from typing import Any, Final, Self
 
 import anyio.lowlevel
 
 from ..errors import (
     RequiredContentTooLargeError,
-    RetainedContentMissingError,
-    TokenMeterError,
     TransactionConflictError,
 )
-from .budget import LearnedLimit, apply_learned_limit, derive_budget, window_of
-from .compaction import Compactor, FloorMark
+from .budget import LearnedLimit, derive_budget
+from .compaction import Compactor
 from .config import TOKEN_METER_ACTUAL, ContextConfig
 from .decisions import Decisions
-from .estimate import estimate_message
 from .history import (
     History,
     build_history,
@@ -46,13 +43,12 @@ from .history import (
     validate_message,
 )
 from .ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip, cap_tool_result
-from .ladder import Ladder
 from .meter import TokenMeter
-from .negotiable import Negotiable, check_retain
-from .notice import notice_message, tail_is_safe
-from .plan import RequestPlan
-from .render import Rendered, Renderer
-from .slices import Pacer, Steps, run_through
+from .negotiable import Negotiable, StoreLink
+from .plan import RequestArgs, RequestPlan
+from .policy import RequestPolicy, check_retain
+from .render import Renderer
+from .slices import Pacer, run_through
 from .state import ObservableState, Ref, freeze
 
 __all__ = (
@@ -60,7 +56,6 @@ __all__ = (
     "COMPACTION_EVENT",
     "ContextStore",
     "SystemPromptFactory",
-    "notice_reserve",
 )
 
 
@@ -69,7 +64,6 @@ logger = logging.getLogger(__name__)
 COMPACTION_EVENT: Final = "context:compaction"
 BUDGET_EVENT: Final = "context:budget"
 
-T = TypeVar("T")
 CONFIG_KEYS: Final = frozenset(field.name for field in dataclasses.fields(ContextConfig))
 SystemPromptFactory = Callable[[], Awaitable[str]]
 
@@ -78,48 +72,17 @@ PACED_PLANS: Final = 3
 ``_request``)."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Planned:
-    """What an ordinary request decided, ready for its commit boundary."""
+def _setting(name: str) -> Any:
+    """A configuration attribute of ``ContextStore``: reads the validated config; a write
+    re-validates the whole config exactly as the constructor does (lenient keys included)."""
 
-    staged: Decisions | None
-    floor: FloorMark | None
-    messages: list[dict[str, Any]]
-    estimated: int
-    synthesized: int
-    new_stats: bool
-    floor_held: bool
-    """The trigger was reached but a reported floor still holds (no ladder ran)."""
+    def get(self: ContextStore) -> Any:
+        return getattr(self._config, name)
 
+    def put(self: ContextStore, value: Any) -> None:
+        self._config = ContextConfig.from_mapping({**dataclasses.asdict(self._config), name: value})
 
-class _Setting(Generic[T]):
-    """A configuration attribute: reads the validated config, writes re-validate it."""
-
-    name: str
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: ContextStore | None, objtype: type | None = None) -> T:
-        if obj is None:
-            raise AttributeError(self.name)
-        value: T = getattr(obj._config, self.name)
-        return value
-
-    def __set__(self, obj: ContextStore, value: T) -> None:
-        # Exactly the constructor's validation, lenient keys included.
-        obj._config = ContextConfig.from_mapping(
-            {**dataclasses.asdict(obj._config), self.name: value}
-        )
-
-
-def notice_reserve(configured: int, budget: int) -> int:
-    """The notice reserve for ``budget``: the configured one, scaled down for small budgets.
-
-    A reserve may take at most a quarter of the budget (a larger one would leave the view
-    almost nothing); the notice itself is budgeted separately (``_with_notice``).
-    """
-    return min(configured, budget // 4)
+    return property(get, put, doc=f"The ``{name}`` configuration key (validated on write).")
 
 
 class ContextStore:
@@ -131,21 +94,21 @@ class ContextStore:
     (warns, no cap).
     """
 
-    max_tokens = _Setting[int | None]()
-    max_tokens_fallback = _Setting[int]()
-    compact_threshold = _Setting[float]()
-    target_usage = _Setting[float]()
-    protected_recent = _Setting[float]()
-    protected_tool_results = _Setting[int]()
-    truncate_chars = _Setting[int]()
-    compaction_notice_enabled = _Setting[bool]()
-    compaction_notice_token_reserve = _Setting[int]()
-    compaction_notice_verbosity = _Setting[str]()
-    compaction_notice_min_level = _Setting[int]()
-    output_reserve_fraction = _Setting[float]()
-    token_meter = _Setting[str]()
-    max_tool_result_bytes = _Setting[int]()
-    count_every_rung = _Setting[bool]()
+    max_tokens = _setting("max_tokens")
+    max_tokens_fallback = _setting("max_tokens_fallback")
+    compact_threshold = _setting("compact_threshold")
+    target_usage = _setting("target_usage")
+    protected_recent = _setting("protected_recent")
+    protected_tool_results = _setting("protected_tool_results")
+    truncate_chars = _setting("truncate_chars")
+    compaction_notice_enabled = _setting("compaction_notice_enabled")
+    compaction_notice_token_reserve = _setting("compaction_notice_token_reserve")
+    compaction_notice_verbosity = _setting("compaction_notice_verbosity")
+    compaction_notice_min_level = _setting("compaction_notice_min_level")
+    output_reserve_fraction = _setting("output_reserve_fraction")
+    token_meter = _setting("token_meter")
+    max_tool_result_bytes = _setting("max_tool_result_bytes")
+    count_every_rung = _setting("count_every_rung")
 
     def __init__(self, *, hooks: Any = None, **config: Any) -> None:
         # The defaults live in ``ContextConfig`` alone; unknown keywords are a caller's
@@ -162,7 +125,12 @@ class ContextStore:
         self._meter = TokenMeter()
         self._factory: SystemPromptFactory | None = None
         self._compactor = Compactor(lambda: self._config)
-        self._renderer = Renderer()
+        self._policy = RequestPolicy(
+            lambda: self._config,
+            renderer=Renderer(),
+            compactor=self._compactor,
+            meter=self._meter,
+        )
         self._pacer = Pacer()
         """Paces planning work (``slices.py``); tests replace it (a zero budget yields at
         every pause point)."""
@@ -402,8 +370,10 @@ class ContextStore:
 
     # -- the meter --------------------------------------------------------------------
 
-    async def _on_llm_response(self, event: str, data: Any) -> None:
-        """``llm:response`` listener: record the provider's reading. Returns None."""
+    async def on_llm_response(self, event: str, data: Any) -> None:
+        """The ``llm:response`` listener ``mount`` registers: record the provider's reading
+        (a host that builds the manager itself registers it the same way). Returns None,
+        as hook handlers must."""
         self._meter.on_llm_response(data)
         await anyio.lowlevel.checkpoint_if_cancelled()
 
@@ -439,17 +409,11 @@ class ContextStore:
             RetainedContentMissingError: a body is not in the admitted history.
             RequiredContentTooLargeError: the required content cannot fit; nothing changed.
         """
-        if isinstance(retain_contents, str) or not all(
-            isinstance(body, str) for body in retain_contents
-        ):
-            raise TypeError("retain_contents must be a list of strings")
+        retain = check_retain(retain_contents)
         if not isinstance(hard_fit, bool):
             raise TypeError("hard_fit must be a bool")
         return await self._request(
-            token_budget=token_budget,
-            provider=provider,
-            retain=tuple(dict.fromkeys(retain_contents)),
-            hard_fit=hard_fit,
+            token_budget=token_budget, provider=provider, retain=retain, hard_fit=hard_fit
         )
 
     async def _request(
@@ -488,7 +452,7 @@ class ContextStore:
                 hard_fit=hard_fit,
             )
             stamp = self._stamp()
-            steps = self._ordinary(plan, self._compactor.floor)
+            steps = self._policy.planning(plan, self._compactor.floor)
             if attempt >= PACED_PLANS:
                 planned = run_through(steps)  # unpaced: nothing can move the store meanwhile
                 break
@@ -532,59 +496,7 @@ class ContextStore:
             measured,
         )
 
-    def _ordinary(self, plan: RequestPlan, floor: FloorMark | None) -> Steps[_Planned]:
-        """The planning of an ordinary, retaining or hard-fit request, as steps: the view,
-        the compaction it needs (staged, not committed) and the notice. Changes nothing.
-
-        Raises:
-            RequiredContentTooLargeError: required content cannot fit (retaining and
-                hard-fit requests).
-        """
-        # read only (shared): the view returned is rendered, or copied, below
-        rendered = yield from self._rendering(plan, plan.decisions, copy=False)
-        self._check_required_floor(plan, rendered)
-        estimated = rendered.tokens
-        used = self._used_tokens(estimated)
-        staged: Decisions | None = None
-        should = plan.effective > 0 and used / plan.effective >= self._config.compact_threshold
-        if (plan.retained or plan.hard_fit) and estimated > plan.effective:
-            should = True
-        held = should and self._compactor.floor_holds(floor, plan, rendered)
-        if should and not held:
-            staged, floor = yield from self._compactor.compacting(plan.history, plan, rendered)
-        decisions = staged if staged is not None else plan.decisions
-        if staged is not None:
-            view = yield from self._rendering(plan, decisions)
-        else:
-            view = yield from self._renderer.copying(rendered)
-        if (
-            staged is not None
-            and staged.stats is not None
-            and staged.stats is not (plan.decisions.stats)
-        ):
-            # what the compaction kept of the cached prefix (its cost in a prompt cache)
-            kept = yield from rendered.prefix_keeping(view.messages)
-            stats = staged.stats.with_prefix(*kept)
-            staged = decisions = dataclasses.replace(staged, stats=stats)
-        # The notice is part of the view: it must fit the budget and may not make a
-        # compacted view larger than the view the compaction started from.
-        ceiling = self._notice_ceiling(plan, rendered)
-        if staged is not None:
-            # ... nor larger than the view it started from, with that view's own notice
-            _, before_notice = self._with_notice(
-                list(rendered.messages), plan.decisions, room=ceiling - rendered.tokens
-            )
-            ceiling = min(ceiling, rendered.tokens + before_notice)
-            yield
-        messages, notice_tokens = self._with_notice(
-            view.messages, decisions, room=ceiling - view.tokens
-        )
-        if plan.retained or plan.hard_fit:
-            self._check_final_fit(plan, view.tokens + notice_tokens)
-        new_stats = staged is not None and staged.stats is not plan.decisions.stats
-        return _Planned(staged, floor, messages, estimated, view.synthesized, new_stats, held)
-
-    # -- request building blocks (also used by the negotiator) ---------------------------
+    # -- planning ---------------------------------------------------------------------------
 
     async def _plan_request(
         self,
@@ -654,156 +566,15 @@ class ContextStore:
             RetainedContentMissingError: a retained body is not in the admitted history.
         """
         provenance, factory_text, _ = inputs
-        config = self._config
-        limit = self._learned
-        if config.learn_provider_limits:
-            window = window_of(provider)
-            if hard_fit and token_budget is not None:
-                # a provider-directed rebuild: its budget is the provider's real limit
-                limit = LearnedLimit(provenance["effective_budget"], window)
-            elif token_budget is None:
-                provenance = apply_learned_limit(provenance, self._learned, window)
-                if limit is not None and limit.window != window:
-                    limit = None  # the provider reports another window: forget it
-        budget: int = provenance["effective_budget"]
-        effective = budget
-        if config.compaction_notice_enabled:
-            effective = budget - notice_reserve(config.compaction_notice_token_reserve, budget)
-        protected = self._request_protected(retain)
-        return RequestPlan(
-            provenance=provenance,
-            budget=budget,
-            effective=effective,
-            factory_text=factory_text,
+        return RequestPlan.taken(
+            RequestArgs(provenance, factory_text, token_budget, provider, retain, hard_fit),
+            config=self._config,
+            learned=self._learned,
             history=self._history,
-            length=len(self._history),
             epoch=self._epoch,
             version=self.version,
             decisions=self._decisions,
-            protected=protected,
-            retained=bool(retain),
-            hard_fit=hard_fit,
-            limit=limit,
         )
-
-    def _request_protected(self, retain: Sequence[str]) -> frozenset[int]:
-        """Seqs every view of this request keeps complete: first/latest human, reminders."""
-        history = self._history
-        protected = {seq for seq in (history.first_human, history.last_human) if seq is not None}
-        for body in retain:
-            seq = history.latest_envelope.get(body)
-            if seq is None:
-                raise RetainedContentMissingError(
-                    "Requested retained injection is not in admitted history: no persisted "
-                    f"reminder envelope has this content ({len(body)} characters)"
-                )
-            protected.add(seq)
-        return frozenset(protected)
-
-    def _rendering(
-        self, plan: RequestPlan, decisions: Decisions, *, copy: bool = True
-    ) -> Steps[Rendered]:
-        """The view for ``plan`` under ``decisions`` (copies; system messages first), as steps
-        (``copy=False``: a shared view, see ``Rendered.shared``)."""
-        return self._renderer.rendering(
-            plan.history,
-            plan.length,
-            epoch=plan.epoch,
-            decisions=decisions,
-            protected=plan.protected,
-            factory_text=plan.factory_text,
-            copy=copy,
-        )
-
-    def _check_required_floor(self, plan: RequestPlan, rendered: Rendered) -> None:
-        """Fail closed before compaction when required content alone cannot fit."""
-        if not (plan.retained or plan.hard_fit):
-            return
-        required = self._irreducible_tokens(plan, rendered)
-        if required > plan.budget:
-            raise RequiredContentTooLargeError(
-                "Context cannot fit the current injections and protected conversation "
-                f"({required:,} estimated tokens) within the budget ({plan.budget:,}); "
-                "shorten the active instructions or use a larger context window. "
-                "Required content was not discarded.",
-                budget=plan.budget,
-                required=required,
-            )
-
-    def _notice_ceiling(self, plan: RequestPlan, rendered: Rendered) -> int:
-        """The most a view with its notice may weigh: the budget, and never more than the
-        view of the same history with no compaction at all."""
-        uncompacted = rendered.system_tokens + plan.history.uncompacted_body_tokens(plan.length)
-        return min(plan.budget, uncompacted)
-
-    def _irreducible_tokens(self, plan: RequestPlan, rendered: Rendered) -> int:
-        """Tokens of what no reduction touches: system messages and request-protected ones."""
-        entries = plan.history.entries
-        return rendered.system_tokens + sum(
-            entries[seq].tokens for seq in plan.protected if seq < plan.length
-        )
-
-    def _check_final_fit(self, plan: RequestPlan, total: int) -> None:
-        """Fail closed when the final, notice-inclusive view exceeds the whole budget."""
-        if total > plan.budget:
-            raise RequiredContentTooLargeError(
-                "Context cannot fit the current injections and protected conversation "
-                f"within the estimated input budget ({total:,} > {plan.budget:,}); shorten "
-                "the active instructions or use a larger context window. "
-                "Required content was not discarded.",
-                budget=plan.budget,
-                required=total,
-                rung=plan.decisions.level,
-                reason="final_over_budget",
-            )
-
-    def _with_notice(
-        self, messages: list[dict[str, Any]], decisions: Decisions, *, room: int
-    ) -> tuple[list[dict[str, Any]], int]:
-        """``messages`` plus the tail compaction notice when one applies and fits ``room``.
-
-        The notice is budgeted like any message: the configured verbosity when it fits
-        ``room`` tokens, else the minimal notice, else none. Returns the messages and the
-        notice's estimate (0 without one).
-        """
-        config = self._config
-        stats = decisions.stats
-        if (
-            not config.compaction_notice_enabled
-            or stats is None
-            or stats.strategy_level < config.compaction_notice_min_level
-            or not tail_is_safe(messages)
-        ):
-            return messages, 0
-        for verbosity in dict.fromkeys((config.compaction_notice_verbosity, "minimal")):
-            # the list of omitted calls takes at most the notice's reserve (~3 chars/token)
-            facts_chars = 3 * config.compaction_notice_token_reserve
-            notice = notice_message(stats.to_event(), verbosity, facts_chars=facts_chars)
-            tokens = estimate_message(notice)
-            if tokens <= room:
-                messages.append(notice)
-                return messages, tokens
-        return messages, 0
-
-    def _used_tokens(self, estimated: int) -> int:
-        """The figure the trigger compares: the meter's reading in actual mode, if any."""
-        measured = self._meter.measured
-        if self._config.token_meter == TOKEN_METER_ACTUAL and measured is not None:
-            return measured
-        return estimated
-
-    def _developer_seqs(self, plan: RequestPlan) -> Steps[frozenset[int]]:
-        """Seqs of developer messages (protected on the negotiated path only), as steps."""
-        entries = plan.history.entries
-        seqs: set[int] = set()
-        for start in range(0, plan.length, 1024):
-            seqs.update(
-                e.seq
-                for e in entries[start : min(start + 1024, plan.length)]
-                if e.info.is_developer
-            )
-            yield
-        return frozenset(seqs)
 
     def _publish_meter(
         self, estimated: int, budget: int, *, synthesized: int = 0, floor_held: bool = False
@@ -821,36 +592,6 @@ class ContextStore:
         stats["floor_held"] = floor_held
         stats["provider_limit"] = self._learned.limit if self._learned is not None else None
         self._last_token_meter_stats = stats
-
-    # -- compaction (see ``Compactor``) -----------------------------------------------------
-
-    def _laddering(
-        self,
-        plan: RequestPlan,
-        decisions: Decisions,
-        *,
-        target: int,
-        extra_protected: frozenset[int],
-    ) -> Steps[Ladder]:
-        """A ``Ladder`` over the working view of ``plan`` under ``decisions``, as steps."""
-        return self._compactor.laddering(
-            plan.history, plan, decisions, target=target, extra_protected=extra_protected
-        )
-
-    def _reducing_floor(self, ladder: Ladder, limit: int) -> Steps[None]:
-        """Reduce the protected floor of ``ladder`` to ``limit`` (see ``Ladder.reducing_floor``),
-        leaving room for the minimal notice; as steps."""
-        return self._compactor.reducing_floor(
-            ladder, limit - self._compactor.notice_allowance(limit)
-        )
-
-    def _ordinary_target(self, plan: RequestPlan) -> int:
-        """The target of an ordinary request: the whole budget for hard fit."""
-        return self._compactor.target(plan)
-
-    @property
-    def _floor(self) -> FloorMark | None:
-        return self._compactor.floor
 
     def _check_version(self, version: tuple[int, int]) -> None:
         """Raise ``TransactionConflictError`` unless the store is still at ``version``."""
@@ -876,8 +617,10 @@ class ContextStore:
 
     # -- the negotiated path ----------------------------------------------------------------
 
-    async def open_negotiation(self, provider: Any, retain_contents: Sequence[str]) -> Negotiable:
-        """Plan one negotiated request and hand out its seam (see ``negotiable.py``).
+    async def _open_negotiation(self, provider: Any, retain_contents: Sequence[str]) -> Negotiable:
+        """Plan one negotiated request and hand out its seam (see ``negotiable.py``); the
+        caller (``SimpleContextManager``) has checked that the store is in
+        ``token_meter: "actual"`` mode.
 
         The base candidate is rendered in slices (``slices.py``). When ``set_messages`` or
         ``clear`` replaced the history meanwhile, the plan is stale and the request fails
@@ -886,22 +629,24 @@ class ContextStore:
         request's commit a conflict.
 
         Raises:
-            TokenMeterError: the store is not in ``token_meter: "actual"`` mode.
             TypeError: ``retain_contents`` is not a list of strings.
             RetainedContentMissingError: a retained body is not in the admitted history.
             TransactionConflictError: the history was replaced while the base candidate was
                 rendered; nothing was planned.
         """
-        if self.token_meter != TOKEN_METER_ACTUAL:
-            raise TokenMeterError(
-                f"measured request views require token_meter='actual' (this store has "
-                f"{self.token_meter!r})"
-            )
         retain = check_retain(retain_contents)
         plan = await self._plan_request(
             token_budget=None, provider=provider, retain=retain, hard_fit=False
         )
-        seam = Negotiable(self, plan)
+        link = StoreLink(
+            pacer=self._pacer,
+            epoch=self._current_epoch,
+            check_version=self._check_version,
+            commit=self._commit,
+            deliver_compaction=self._deliver_compaction,
+            close=self._close_negotiated,
+        )
+        seam = Negotiable(self._policy, link, plan)
         await self._pacer.run(seam.preparing())
         if seam.history_replaced():
             raise TransactionConflictError(
@@ -909,6 +654,27 @@ class ContextStore:
                 "was being planned; nothing was applied"
             )
         return seam
+
+    def _current_epoch(self) -> int:
+        return self._epoch
+
+    async def _close_negotiated(
+        self,
+        plan: RequestPlan,
+        estimated: int,
+        synthesized: int,
+        floor_held: bool,
+        provider_count: int | None,
+    ) -> None:
+        """A negotiated request's return boundary: emit ``context:budget`` (on change),
+        then publish the meter stats. A delivery that raises publishes nothing."""
+        await self._emit_budget(plan.provenance)
+        self._learned = plan.limit
+        self._publish_meter(
+            estimated, plan.effective, synthesized=synthesized, floor_held=floor_held
+        )
+        assert self._last_token_meter_stats is not None
+        self._last_token_meter_stats["provider_count"] = provider_count
 
     # -- events -----------------------------------------------------------------------------
 

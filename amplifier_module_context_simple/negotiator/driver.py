@@ -37,36 +37,28 @@ included) exhaust their work uncounted and only their result is counted - an hon
 the target in that rare case.
 
 This module knows views, estimates and the seam; it imports nothing else from
-``context``.
+``context``. What the orchestrator's seams return is read in ``envelopes.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from .._values import int_at_least
 from ..context.negotiable import Candidate, Negotiable
-from ..errors import CountContractError, ProviderLimitError
+from ..errors import ProviderLimitError
+from .envelopes import (
+    Attempt,
+    CountView,
+    Decision,
+    FitOutput,
+    Measured,
+    read_decision,
+    read_fitted,
+)
 from .transaction import RequestTransaction, _Machine
 
-__all__ = (
-    "Attempt",
-    "Decision",
-    "Fitted",
-    "Measured",
-    "Negotiation",
-    "Outcome",
-    "Unmeasured",
-    "check_seams",
-    "negotiate",
-    "read_decision",
-    "read_fitted",
-)
-
-CountView = Callable[[list[dict[str, Any]]], Awaitable[Any]]
-FitOutput = Callable[[list[dict[str, Any]], Any], Awaitable[Any]]
+__all__ = ("MAX_COUNTS", "Negotiation", "Outcome", "negotiate")
 Outcome = Literal[
     "not_needed", "target_reached", "protected_floor", "reduced_output", "measurement_unavailable"
 ]
@@ -84,130 +76,6 @@ FLOOR_RUNG: Final = 9
 """The ``rung`` an error reports once the protected floor itself was reduced."""
 
 CANNOT_FIT: Final = "Context cannot fit protected content within the provider input limit"
-
-
-# -- decoding what the orchestrator returns ------------------------------------------------
-
-
-def _count(value: object) -> int | None:
-    """A non-negative integer (never a bool), else None."""
-    return int_at_least(value, 0)
-
-
-@dataclass(frozen=True, slots=True)
-class Measured:
-    """A ``budget_decision`` with a usable provider count."""
-
-    count: int
-    """The provider's measured input count."""
-    estimated: int
-    """The provider's hard-safe input estimate (``estimated_input_tokens``, >= count)."""
-    limit: int
-    """The provider's hard input limit (``input_limit_tokens``)."""
-    source: str
-
-    @property
-    def oversize(self) -> bool:
-        """Known to exceed the provider's hard input limit."""
-        return self.estimated > self.limit
-
-
-@dataclass(frozen=True, slots=True)
-class Unmeasured:
-    """A ``budget_decision`` without a usable count (``estimated``/``limit`` are None when
-    there was no decision at all)."""
-
-    estimated: int | None = None
-    limit: int | None = None
-
-    @property
-    def oversize(self) -> bool:
-        return self.estimated is not None and self.limit is not None and self.estimated > self.limit
-
-
-Decision = Measured | Unmeasured
-
-
-def read_decision(envelope: object) -> Decision:
-    """Validate a ``{dispatch, budget_decision}`` envelope.
-
-    Raises:
-        CountContractError: the envelope or decision is malformed (a ``TypeError``).
-    """
-    if not isinstance(envelope, Mapping) or "dispatch" not in envelope:
-        raise CountContractError("count_view must return {dispatch, budget_decision}")
-    decision = envelope.get("budget_decision")
-    if decision is None:
-        return Unmeasured()
-    if not isinstance(decision, Mapping):
-        raise CountContractError(
-            f"budget_decision must be a dict or None, got {type(decision).__name__}"
-        )
-    estimated = _count(decision.get("estimated_input_tokens"))
-    limit = _count(decision.get("input_limit_tokens"))
-    if estimated is None or limit is None:
-        raise CountContractError(
-            "estimated_input_tokens and input_limit_tokens must be non-negative integers, got "
-            f"{decision.get('estimated_input_tokens')!r} and {decision.get('input_limit_tokens')!r}"
-        )
-    measurement = decision.get("measurement")
-    if not isinstance(measurement, Mapping) or measurement.get("kind") != "provider_count":
-        return Unmeasured(estimated, limit)
-    source = measurement.get("source")
-    count = _count(measurement.get("input_tokens"))
-    if not isinstance(source, str) or not source or count is None or estimated < count:
-        return Unmeasured(estimated, limit)
-    return Measured(count, estimated, limit, source)
-
-
-@dataclass(frozen=True, slots=True)
-class Fitted:
-    """A decoded ``fit_output`` result."""
-
-    measured: Measured
-    calls: int
-    """Provider counts ``fit_output`` spent (``count_calls``)."""
-
-
-def read_fitted(result: object) -> Fitted:
-    """Validate a ``fit_output`` result (it may still be over the limit: see ``oversize``).
-
-    Raises:
-        CountContractError: malformed result or unusable measurement.
-    """
-    if not isinstance(result, Mapping) or "dispatch" not in result:
-        raise CountContractError("fit_output must return {dispatch, budget_decision, count_calls}")
-    calls = _count(result.get("count_calls"))
-    if calls is None or calls == 0:
-        raise CountContractError(
-            f"fit_output count_calls must be a positive integer: {result.get('count_calls')!r}"
-        )
-    decision = read_decision(result)
-    if not isinstance(decision, Measured):
-        raise CountContractError("fit_output must return a usable provider_count measurement")
-    return Fitted(decision, calls)
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One counted candidate: the exact view and envelope, and what the provider said."""
-
-    candidate: Candidate
-    envelope: Any
-    decision: Decision
-
-    @property
-    def view(self) -> list[dict[str, Any]]:
-        return self.candidate.view
-
-    @property
-    def count(self) -> int | None:
-        """The provider's input count, or None when the measurement is unusable."""
-        return self.decision.count if isinstance(self.decision, Measured) else None
-
-    @property
-    def oversize(self) -> bool:
-        return self.decision.oversize
 
 
 # -- the driver --------------------------------------------------------------------------
@@ -241,7 +109,7 @@ class Negotiation:
         (benchmarks); not a configuration key."""
         self.count_view = count_view
         self.fit_output = fit_output
-        self.machine = _Machine(seam)
+        self._machine = _Machine(seam)
         self.count_calls = 0
         self.oversized: list[Decision] = []
         """The decisions of the counts known to exceed the provider's limit."""
@@ -252,10 +120,10 @@ class Negotiation:
 
     async def count(self, candidate: Candidate) -> Attempt:
         """Count ``candidate`` through the orchestrator's seam."""
-        self.machine.counting()
+        self._machine.counting()
         envelope = await self.count_view(candidate.view)
         self.count_calls += 1
-        self.machine.counted()
+        self._machine.counted()
         attempt = Attempt(candidate, envelope, read_decision(envelope))
         if attempt.oversize:
             self.oversized.append(attempt.decision)
@@ -272,9 +140,9 @@ class Negotiation:
         envelope: Any = None,
     ) -> dict[str, Any]:
         self.final = attempt.candidate
-        transaction: RequestTransaction | None = RequestTransaction(self.machine)
-        if not self.machine.has_changes:
-            self.machine.rollback()
+        transaction: RequestTransaction | None = RequestTransaction(self._machine)
+        if not self._machine.has_changes:
+            self._machine.rollback()
             transaction = None
         seam = self.seam
         return {
@@ -297,7 +165,7 @@ class Negotiation:
             result = await self._run()
             await self.seam.close(self.final, result["measured_after"], floor_held=self.floor_held)
         except BaseException:
-            self.machine.rollback()
+            self._machine.rollback()
             raise
         return result
 
@@ -329,7 +197,7 @@ class Negotiation:
                 return await self._finish(initial, first, last, measured, "target_reached")
         if measured.oversize:
             return await self._fit(initial, first, last, measured)
-        if not self.machine.has_changes:
+        if not self._machine.has_changes:
             return self.result(initial, "protected_floor", before=first.count, after=first.count)
         return await self._finish(initial, first, last, measured, "protected_floor")
 
@@ -348,7 +216,7 @@ class Negotiation:
             staged = await self.seam.pace(self.seam.stepping(rung, goal))
             if staged is None:
                 return None
-            self.machine.stage(staged)
+            self._machine.stage(staged)
             climb.pending = staged
             done = goal is None or self.seam.exhausted(rung)
             if closing or (
@@ -393,7 +261,7 @@ class Negotiation:
                 count_calls=self.count_calls if count_calls is None else count_calls,
             )
         )
-        self.machine.finish(final)
+        self._machine.finish(final)
         return self.result(
             Attempt(final, last.envelope, last.decision),
             outcome,
@@ -403,7 +271,7 @@ class Negotiation:
 
     def _recount_unavailable(self, initial: Attempt) -> dict[str, Any]:
         """A recount lost its measurement: keep nothing, fail closed if known oversize."""
-        self.machine.rollback()
+        self._machine.rollback()
         oversize = self.oversized
         if oversize:
             raise ProviderLimitError(
@@ -428,14 +296,14 @@ class Negotiation:
         """
         if self.fit_output is None:
             return await self._reduce_floor(initial, first, last, measured)
-        self.machine.fitting()
+        self._machine.fitting()
         result = await self.fit_output(last.view, last.envelope)
         if result is None:
-            self.machine.no_fit()
+            self._machine.no_fit()
             return await self._reduce_floor(initial, first, last, measured)
         fitted = read_fitted(result)
         if fitted.measured.oversize:  # the "fitted" request is still over the limit
-            self.machine.no_fit()
+            self._machine.no_fit()
             return await self._reduce_floor(initial, first, last, measured, fit_calls=fitted.calls)
         total_calls = self.count_calls + fitted.calls
         final = last.candidate
@@ -451,7 +319,7 @@ class Negotiation:
                     count_calls=total_calls,
                 )
             )
-        self.machine.fitted(final)
+        self._machine.fitted(final)
         return self.result(
             Attempt(final, last.envelope, last.decision),
             "reduced_output",
@@ -490,7 +358,7 @@ class Negotiation:
             candidate = await self.seam.pace(self.seam.reducing_floor(limit))
             if candidate is None:
                 break
-            self.machine.stage(candidate)
+            self._machine.stage(candidate)
             last = await self.count(candidate)
             if not isinstance(last.decision, Measured):
                 return self._recount_unavailable(initial)
@@ -524,7 +392,7 @@ class Negotiation:
             return self.result(  # noqa: ASYNC910 - the caller awaited count_view just before
                 initial, "measurement_unavailable", before=None, after=None
             )
-        self.machine.stage(candidate)
+        self._machine.stage(candidate)
         fallback = await self.count(candidate)
         if fallback.oversize:
             raise _unmeasured_oversize(fallback, rung=self.seam.ladder.level)
@@ -539,7 +407,7 @@ class Negotiation:
                 count_calls=self.count_calls,
             )
         )
-        self.machine.finish(final)
+        self._machine.finish(final)
         return self.result(
             Attempt(final, fallback.envelope, fallback.decision),
             "measurement_unavailable",
@@ -566,19 +434,6 @@ def _unmeasured_oversize(attempt: Attempt, *, rung: int) -> ProviderLimitError:
     )
 
 
-def check_seams(count_view: object, fit_output: object) -> None:
-    """Reject seams that are not callable, before anything is planned.
-
-    Raises:
-        TypeError: ``count_view`` is not callable, or ``fit_output`` is neither callable
-            nor None.
-    """
-    if not callable(count_view):
-        raise TypeError("count_view must be an async callable")
-    if fit_output is not None and not callable(fit_output):
-        raise TypeError("fit_output must be an async callable or None")
-
-
 async def negotiate(
     seam: Negotiable,
     *,
@@ -591,7 +446,6 @@ async def negotiate(
 
     ``exhaust_rungs=True``: every rung exhausts its legal work, with no target check
     inside a rung - the existing module's rule, for comparison (the benchmarks use it);
-    it is not a configuration key.
+    it is not a configuration key. The caller has checked the seams (``check_seams``).
     """
-    check_seams(count_view, fit_output)
     return await Negotiation(seam, count_view, fit_output, exhaust_rungs=exhaust_rungs).run()

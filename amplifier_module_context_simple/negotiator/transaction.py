@@ -157,10 +157,12 @@ TERMINAL: Final = frozenset({TxnState.COMMITTED, TxnState.ROLLED_BACK})
 class _Machine:
     """The transaction itself; the negotiation driver's internal API."""
 
-    __slots__ = ("_base", "_seam", "_staged", "_state", "conflict")
+    __slots__ = ("_apply", "_base", "_seam", "_staged", "_state", "conflict")
 
     def __init__(self, seam: Negotiable) -> None:
         self._seam = seam
+        self._apply = seam.claim_commit()
+        """The request's one commit: only this transaction holds it."""
         self._state = TxnState.STAGED
         self._base = seam.committed
         self._staged = self._base
@@ -208,7 +210,7 @@ class _Machine:
             else:  # Effect.APPLY: the version is checked even with nothing to apply
                 try:
                     if self.has_changes:
-                        self._seam.commit(self._staged)
+                        self._apply(self._staged)
                     else:
                         self._seam.check_current()
                 except TransactionConflictError:

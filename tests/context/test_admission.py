@@ -18,7 +18,7 @@ from anyio.lowlevel import checkpoint
 from amplifier_module_context_simple import InvalidMessageError, SimpleContextManager
 from amplifier_module_context_simple.context import estimate as estimate_module
 from amplifier_module_context_simple.context import history as history_module
-from amplifier_module_context_simple.context import store as manager_module
+from amplifier_module_context_simple.context import policy as policy_module
 from amplifier_module_context_simple.testing import RecordingHooks, snapshot
 from tests.support import replaced
 
@@ -398,7 +398,7 @@ async def test_set_messages_round_trip() -> None:
 async def test_clear() -> None:
     """clear empties history, sticky state and meter; the next message gets ``_seq`` 0."""
     cm = await compacted()
-    await cm._on_llm_response("llm:response", {"usage": {"input_tokens": 50}})
+    await cm.on_llm_response("llm:response", {"usage": {"input_tokens": 50}})
     await cm.get_messages_for_request()
     await cm.clear()
     assert await cm.get_messages() == []
@@ -514,7 +514,7 @@ async def test_estimates_are_computed_once_at_admission(monkeypatch: pytest.Monk
         return wrapper
 
     monkeypatch.setattr(history_module, "estimate_message", counting("history"))
-    monkeypatch.setattr(manager_module, "estimate_message", counting("manager"))
+    monkeypatch.setattr(policy_module, "estimate_message", counting("policy"))
     cm = SimpleContextManager()
     await cm.add_message({"role": "system", "content": "sys"})
     await fill(cm, 5)

@@ -28,7 +28,7 @@ asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 
 
 async def respond(cm: SimpleContextManager, data: Any) -> None:
-    handler: Callable[[str, Any], Awaitable[object]] = cm._on_llm_response
+    handler: Callable[[str, Any], Awaitable[object]] = cm.on_llm_response
     assert await handler("llm:response", data) is None  # a hook handler returns None
 
 

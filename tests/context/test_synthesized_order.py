@@ -262,7 +262,5 @@ async def test_the_ladder_counts_the_synthesized_result_in_its_call(fmt: str) ->
     plan = manager._snapshot(
         inputs, token_budget=1_000_000, provider=None, retain=(), hard_fit=False
     )
-    ladder = run_through(
-        manager._laddering(plan, plan.decisions, target=0, extra_protected=frozenset())
-    )
+    ladder = run_through(manager._policy.laddering(plan, plan.decisions, target=0))
     assert ladder.total == sum(map(estimate_message, view))

@@ -78,7 +78,7 @@ async def negotiated(
         return await context.get_measured_request_view(
             provider=None, retain_contents=[], count_view=counting
         )
-    seam = await context.open_negotiation(None, [])
+    seam = await context._open_negotiation(None, [])
     return await negotiate(seam, count_view=counting, exhaust_rungs=True)
 
 

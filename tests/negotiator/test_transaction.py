@@ -120,7 +120,7 @@ PATHS: dict[TxnState, list[str]] = {
 
 async def setup_in(state: TxnState) -> Setup:
     store = await admitted_store()
-    seam = await store.open_negotiation(None, [])
+    seam = await store._open_negotiation(None, [])
     reduced = [c for rung in seam.rungs if (c := seam.step(rung)) is not None]
     assert len(reduced) >= 2, "the history must give two distinct reductions"
     first, other = reduced[0], reduced[1]
@@ -249,9 +249,9 @@ async def _clear(store: SimpleContextManager) -> None:
 
 async def _another_commit(store: SimpleContextManager) -> None:
     """Another request commits first (the version moves; the history is the same)."""
-    seam = await store.open_negotiation(None, [])
+    seam = await store._open_negotiation(None, [])
     reduced = next(c for rung in seam.rungs if (c := seam.step(rung)) is not None)
-    seam.commit(reduced)
+    seam.claim_commit()(reduced)  # as its transaction would
 
 
 async def _add_message(store: SimpleContextManager) -> None:
@@ -408,7 +408,7 @@ def test_the_commit_step_on_a_moved_store_conflicts() -> None:
 async def ready_without_changes() -> tuple[SimpleContextManager, _Machine]:
     """A machine that finished on the committed view itself (nothing staged)."""
     store = await admitted_store()
-    seam = await store.open_negotiation(None, [])
+    seam = await store._open_negotiation(None, [])
     machine = _Machine(seam)
     machine.finish(seam.base)
     assert machine.state is S.READY and not machine.has_changes

@@ -561,7 +561,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def begin(self) -> None:
         """Plan a request on the store as it is now; its candidates are real reductions."""
-        seam = self.portal.call(self.manager.open_negotiation, None, [])
+        seam = self.portal.call(self.manager._open_negotiation, None, [])
         reduced = [c for rung in seam.rungs if (c := seam.step(rung)) is not None]
         finalised = [seam.finalised(c, outcome="target_reached") for c in reduced[-2:]]
         machine = _Machine(seam)

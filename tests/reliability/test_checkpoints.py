@@ -56,8 +56,8 @@ async def test_the_synchronous_transaction_api_never_checkpoints(anyio_backend: 
     its commit step, ``rollback``) and the handle's ``rollback`` and read-only properties
     never checkpoint."""
     manager, ready = await ready_transaction()
-    seam = await manager.open_negotiation(None, [])
-    finishing = await manager.open_negotiation(None, [])
+    seam = await manager._open_negotiation(None, [])
+    finishing = await manager._open_negotiation(None, [])
     with trio.testing.assert_no_checkpoints():
         # a fresh machine walked through every legal non-terminal event, staging on the way
         candidates = [c for rung in seam.rungs if (c := seam.step(rung)) is not None]

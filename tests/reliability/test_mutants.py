@@ -50,11 +50,11 @@ from hypothesis.stateful import run_state_machine_as_test
 
 import amplifier_module_context_simple.context.history as history_module
 import amplifier_module_context_simple.context.store as manager_module
-import amplifier_module_context_simple.negotiator.driver as driver_module
+import amplifier_module_context_simple.negotiator.envelopes as envelopes_module
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.decisions import Decisions
 from amplifier_module_context_simple.context.ladder import Item, Ladder
-from amplifier_module_context_simple.context.negotiable import Negotiable
+from amplifier_module_context_simple.context.policy import RequestPolicy
 from amplifier_module_context_simple.context.render import Rendered
 from amplifier_module_context_simple.context.slices import Steps
 from amplifier_module_context_simple.context.store import ContextStore
@@ -341,14 +341,13 @@ async def test_the_sweep_catches_meter_stats_published_before_delivery(
     last request that returned."""
 
     async def close_publishing_first(
-        self: Negotiable, final: Any, measured: Any, *, floor_held: bool = False
+        self: ContextStore, plan: Any, estimated: int, synthesized: int, *args: Any
     ) -> None:
-        store, plan = self._store, self._plan
-        store._publish_meter(final.estimate, plan.effective, synthesized=final.synthesized)
-        await store._emit_budget(plan.provenance)  # MUTANT: published before the delivery
-        store._learned = plan.limit
+        self._publish_meter(estimated, plan.effective, synthesized=synthesized)
+        await self._emit_budget(plan.provenance)  # MUTANT: published before the delivery
+        self._learned = plan.limit
 
-    monkeypatch.setattr(Negotiable, "close", close_publishing_first)
+    monkeypatch.setattr(ContextStore, "_close_negotiated", close_publishing_first)
     with pytest.raises(SweepFailure) as caught:
         await run_sweep(MEASURED, None, CANCEL, False)
     assert (caught.value.code, caught.value.fields) == ("raised-not-before", ("meter", "meter_ref"))
@@ -440,7 +439,7 @@ async def test_the_compound_harness_catches_a_replaced_error(
             result = await self._run()
             await self.seam.close(self.final, result["measured_after"])
         except BaseException as error:
-            self.machine.rollback()
+            self._machine.rollback()
             raise CountContractError("negotiation failed") from error  # MUTANT
         return result
 
@@ -468,7 +467,7 @@ async def test_the_bad_value_harness_catches_missing_count_validation(
         assert await negotiate_and_judge(await measured_store(), count_view) == (
             "CountContractError"
         )
-    monkeypatch.setattr(driver_module, "_count", lambda value: value)  # MUTANT
+    monkeypatch.setattr(envelopes_module, "_count", lambda value: value)  # MUTANT
     caught: dict[str, str] = {}
     for value in (True, -1, 1.5, "12", None):
 
@@ -551,10 +550,10 @@ def test_the_view_properties_catch_missing_synthesized_results(
 
 
 def test_the_view_properties_catch_a_leaked_sequence_id(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = SimpleContextManager._rendering
+    original = RequestPolicy.rendering
 
     def leaking_render(
-        self: SimpleContextManager, plan: Any, decisions: Any, **kwargs: Any
+        self: RequestPolicy, plan: Any, decisions: Any, **kwargs: Any
     ) -> Steps[Rendered]:
         rendered = yield from original(self, plan, decisions, **kwargs)
         for position, message in enumerate(rendered.messages):
@@ -562,7 +561,7 @@ def test_the_view_properties_catch_a_leaked_sequence_id(monkeypatch: pytest.Monk
                 message["metadata"] = {**(message.get("metadata") or {}), "_seq": position}
         return rendered
 
-    monkeypatch.setattr(SimpleContextManager, "_rendering", leaking_render)
+    monkeypatch.setattr(RequestPolicy, "rendering", leaking_render)
     failure = finds_failure(cases(), scenario)
     assert isinstance(failure, ViewInvariantError) and failure.code == "bookkeeping-leak", failure
 

@@ -1,0 +1,273 @@
+"""``RequestPolicy``: how a planned request's view is built, and when it compacts.
+
+The building blocks every request path shares, ordinary and negotiated: rendering a plan
+under a set of decisions, the compaction trigger, the ladder over a working view, the
+protected floor's reduction, the tail notice and the fit checks. Each rule lives here
+once; the store (``store.py``) runs the ordinary path through ``planning`` and hands the
+same policy to a negotiated request's seam (``negotiable.py``).
+
+The policy changes nothing it is given: it reads a request's snapshot (its
+``RequestPlan``) and returns views and *staged* decisions. Committing them is the store's
+(ordinary path) or a transaction's (negotiated path). Its one memory between requests is
+the ``Compactor``'s (reduced forms, the floor mark), which the store resets with the
+history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import RequiredContentTooLargeError
+from .compaction import Compactor, FloorMark
+from .config import TOKEN_METER_ACTUAL, ContextConfig
+from .decisions import Decisions
+from .estimate import estimate_message
+from .ladder import Ladder
+from .meter import TokenMeter
+from .notice import notice_message, tail_is_safe
+from .plan import RequestPlan
+from .render import Rendered, Renderer
+from .slices import Steps
+
+__all__ = ("Planned", "RequestPolicy", "check_retain")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Planned:
+    """What an ordinary request decided, ready for its commit boundary."""
+
+    staged: Decisions | None
+    floor: FloorMark | None
+    messages: list[dict[str, Any]]
+    estimated: int
+    synthesized: int
+    new_stats: bool
+    floor_held: bool
+    """The trigger was reached but a reported floor still holds (no ladder ran)."""
+
+
+class RequestPolicy:
+    """The request policy over one store's renderer, compactor and meter.
+
+    ``config`` is read on every use (the store may be reconfigured between requests).
+    """
+
+    def __init__(
+        self,
+        config: Callable[[], ContextConfig],
+        *,
+        renderer: Renderer,
+        compactor: Compactor,
+        meter: TokenMeter,
+    ) -> None:
+        self._config = config
+        self._renderer = renderer
+        self._meter = meter
+        self.compactor = compactor
+        """Runs the ladder and remembers reduced forms and the floor mark."""
+
+    @property
+    def config(self) -> ContextConfig:
+        """The store's configuration now."""
+        return self._config()
+
+    # -- the view ---------------------------------------------------------------------
+
+    def rendering(
+        self, plan: RequestPlan, decisions: Decisions, *, copy: bool = True
+    ) -> Steps[Rendered]:
+        """The view for ``plan`` under ``decisions`` (copies; system messages first), as steps
+        (``copy=False``: a shared view, see ``Rendered.shared``)."""
+        return self._renderer.rendering(
+            plan.history,
+            plan.length,
+            epoch=plan.epoch,
+            decisions=decisions,
+            protected=plan.protected,
+            factory_text=plan.factory_text,
+            copy=copy,
+        )
+
+    def with_notice(
+        self, messages: list[dict[str, Any]], decisions: Decisions, *, room: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        """``messages`` plus the tail compaction notice when one applies and fits ``room``.
+
+        The notice is budgeted like any message: the configured verbosity when it fits
+        ``room`` tokens, else the minimal notice, else none. Returns the messages and the
+        notice's estimate (0 without one).
+        """
+        config = self._config()
+        stats = decisions.stats
+        if (
+            not config.compaction_notice_enabled
+            or stats is None
+            or stats.strategy_level < config.compaction_notice_min_level
+            or not tail_is_safe(messages)
+        ):
+            return messages, 0
+        for verbosity in dict.fromkeys((config.compaction_notice_verbosity, "minimal")):
+            # the list of omitted calls takes at most the notice's reserve (~3 chars/token)
+            facts_chars = 3 * config.compaction_notice_token_reserve
+            notice = notice_message(stats.to_event(), verbosity, facts_chars=facts_chars)
+            tokens = estimate_message(notice)
+            if tokens <= room:
+                messages.append(notice)
+                return messages, tokens
+        return messages, 0
+
+    def notice_ceiling(self, plan: RequestPlan, rendered: Rendered) -> int:
+        """The most a view with its notice may weigh: the budget, and never more than the
+        view of the same history with no compaction at all."""
+        uncompacted = rendered.system_tokens + plan.history.uncompacted_body_tokens(plan.length)
+        return min(plan.budget, uncompacted)
+
+    # -- the trigger --------------------------------------------------------------------
+
+    def used_tokens(self, estimated: int) -> int:
+        """The figure the trigger compares: the meter's reading in actual mode, if any."""
+        measured = self._meter.measured
+        if self._config().token_meter == TOKEN_METER_ACTUAL and measured is not None:
+            return measured
+        return estimated
+
+    def compaction_due(self, plan: RequestPlan, estimated: int) -> bool:
+        """Whether a request whose view we estimate at ``estimated`` tokens compacts: the
+        trigger (``compact_threshold`` of the effective budget, on the meter's reading in
+        actual mode), and always when a retaining or hard-fit view is over the effective
+        budget."""
+        used = self.used_tokens(estimated)
+        due = plan.effective > 0 and used / plan.effective >= self._config().compact_threshold
+        return due or ((plan.retained or plan.hard_fit) and estimated > plan.effective)
+
+    def target(self, plan: RequestPlan) -> int:
+        """The target of an estimate-driven request: the whole budget for hard fit."""
+        return self.compactor.target(plan)
+
+    # -- the ladder ---------------------------------------------------------------------
+
+    def laddering(
+        self,
+        plan: RequestPlan,
+        decisions: Decisions,
+        *,
+        target: int,
+        extra_protected: frozenset[int] = frozenset(),
+    ) -> Steps[Ladder]:
+        """A ``Ladder`` over the working view of ``plan`` under ``decisions``, as steps."""
+        return self.compactor.laddering(
+            plan.history, plan, decisions, target=target, extra_protected=extra_protected
+        )
+
+    def reducing_floor(self, ladder: Ladder, limit: int) -> Steps[None]:
+        """Reduce the protected floor of ``ladder`` to ``limit`` (see ``Ladder.reducing_floor``),
+        leaving room for the minimal notice; as steps."""
+        compactor = self.compactor
+        return compactor.reducing_floor(ladder, limit - compactor.notice_allowance(limit))
+
+    def developer_seqs(self, plan: RequestPlan) -> Steps[frozenset[int]]:
+        """Seqs of developer messages (protected on the negotiated path only), as steps."""
+        entries = plan.history.entries
+        seqs: set[int] = set()
+        for start in range(0, plan.length, 1024):
+            seqs.update(
+                e.seq
+                for e in entries[start : min(start + 1024, plan.length)]
+                if e.info.is_developer
+            )
+            yield
+        return frozenset(seqs)
+
+    # -- fit checks -----------------------------------------------------------------------
+
+    def check_required_floor(self, plan: RequestPlan, rendered: Rendered) -> None:
+        """Fail closed before compaction when required content alone cannot fit."""
+        if not (plan.retained or plan.hard_fit):
+            return
+        entries = plan.history.entries
+        required = rendered.system_tokens + sum(
+            entries[seq].tokens for seq in plan.protected if seq < plan.length
+        )
+        if required > plan.budget:
+            raise RequiredContentTooLargeError(
+                "Context cannot fit the current injections and protected conversation "
+                f"({required:,} estimated tokens) within the budget ({plan.budget:,}); "
+                "shorten the active instructions or use a larger context window. "
+                "Required content was not discarded.",
+                budget=plan.budget,
+                required=required,
+            )
+
+    def check_final_fit(self, plan: RequestPlan, total: int) -> None:
+        """Fail closed when the final, notice-inclusive view exceeds the whole budget."""
+        if total > plan.budget:
+            raise RequiredContentTooLargeError(
+                "Context cannot fit the current injections and protected conversation "
+                f"within the estimated input budget ({total:,} > {plan.budget:,}); shorten "
+                "the active instructions or use a larger context window. "
+                "Required content was not discarded.",
+                budget=plan.budget,
+                required=total,
+                rung=plan.decisions.level,
+                reason="final_over_budget",
+            )
+
+    # -- the ordinary path ------------------------------------------------------------------
+
+    def planning(self, plan: RequestPlan, floor: FloorMark | None) -> Steps[Planned]:
+        """The planning of an ordinary, retaining or hard-fit request, as steps: the view,
+        the compaction it needs (staged, not committed) and the notice. Changes nothing.
+
+        Raises:
+            RequiredContentTooLargeError: required content cannot fit (retaining and
+                hard-fit requests).
+        """
+        # read only (shared): the view returned is rendered, or copied, below
+        rendered = yield from self.rendering(plan, plan.decisions, copy=False)
+        self.check_required_floor(plan, rendered)
+        estimated = rendered.tokens
+        staged: Decisions | None = None
+        should = self.compaction_due(plan, estimated)
+        held = should and self.compactor.floor_holds(floor, plan, rendered)
+        if should and not held:
+            staged, floor = yield from self.compactor.compacting(plan.history, plan, rendered)
+        decisions = staged if staged is not None else plan.decisions
+        if staged is not None:
+            view = yield from self.rendering(plan, decisions)
+        else:
+            view = yield from self._renderer.copying(rendered)
+        if (
+            staged is not None
+            and staged.stats is not None
+            and staged.stats is not (plan.decisions.stats)
+        ):
+            # what the compaction kept of the cached prefix (its cost in a prompt cache)
+            kept = yield from rendered.prefix_keeping(view.messages)
+            stats = staged.stats.with_prefix(*kept)
+            staged = decisions = dataclasses.replace(staged, stats=stats)
+        # The notice is part of the view: it must fit the budget and may not make a
+        # compacted view larger than the view the compaction started from.
+        ceiling = self.notice_ceiling(plan, rendered)
+        if staged is not None:
+            # ... nor larger than the view it started from, with that view's own notice
+            _, before_notice = self.with_notice(
+                list(rendered.messages), plan.decisions, room=ceiling - rendered.tokens
+            )
+            ceiling = min(ceiling, rendered.tokens + before_notice)
+            yield
+        messages, notice_tokens = self.with_notice(
+            view.messages, decisions, room=ceiling - view.tokens
+        )
+        if plan.retained or plan.hard_fit:
+            self.check_final_fit(plan, view.tokens + notice_tokens)
+        new_stats = staged is not None and staged.stats is not plan.decisions.stats
+        return Planned(staged, floor, messages, estimated, view.synthesized, new_stats, held)
+
+
+def check_retain(retain_contents: Sequence[str]) -> tuple[str, ...]:
+    """Validate ``retain_contents`` (a list of strings) and drop repeats, keeping order."""
+    if isinstance(retain_contents, str) or not all(isinstance(b, str) for b in retain_contents):
+        raise TypeError("retain_contents must be a list of strings")
+    return tuple(dict.fromkeys(retain_contents))
