@@ -594,7 +594,7 @@ Legend
   cache): the least a comparison by content reads, a LOWER BOUND for an extension.
   An extension is not as cheap as one add_message by design: a caller may edit a message
   dict in place (a key set or deleted) and re-set its list, and only reading the dict
-  tells; trusting identity would keep the stale message (README, "set_messages").
+  tells; trusting identity would keep the stale message (docs/views.md, "set_messages").
 - Memory: history = tracemalloc current after decoding the session JSON and admitting it
   (the decoded list dropped): what the manager keeps, content included. Request extra =
   tracemalloc peak during one steady-state request minus current before it (the returned
@@ -605,7 +605,7 @@ Legend
   request (budget half the history's tokens), 3 sticky-reuse requests. The sessions of
   a size share one admitted history (requests never change it; 100 private 16k copies
   would take ~6 GB), and their state is kept out of the collector (gc.freeze() once
-  loaded, as a long-running host does: README). Ticker lag = how late the ticker woke,
+  loaded, as a long-running host does: docs/orchestrators.md). Ticker lag = how late the ticker woke,
   in this process's CPU time between two wake-ups less the 1 ms sleep (wall time in
   brackets: it also counts other processes' time); "without collector" = less the CPU
   time of the cyclic garbage collector's passes in between (each pass walks every live

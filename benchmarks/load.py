@@ -34,7 +34,7 @@ table's "memory: history" row shows per store (about 60 MB at 16k messages: 6 GB
 sessions); shared, 100 sessions x 16k messages fit (the peak RSS is printed).
 
 The collector: once the sessions are loaded the benchmark calls ``gc.freeze()``, as a
-long-running host does with its long-lived state (README, "Many sessions on one event
+long-running host does with its long-lived state (docs/orchestrators.md, "Many sessions on one event
 loop"): otherwise every full collection walks every admitted message of every session,
 which at 16k messages alone takes tens of milliseconds. ``FROZEN_ROW`` is measured
 without it too.

@@ -1,4 +1,4 @@
-"""Configuration: defaults, strict validation, and the two lenient exceptions (README "Configuration"; docs/design.md section 12)."""
+"""Configuration: defaults, strict validation, and the two lenient exceptions (docs/configuration.md; docs/design.md section 12)."""
 
 from __future__ import annotations
 

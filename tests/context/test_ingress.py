@@ -1,4 +1,4 @@
-"""The tool-result ingress cap (docs/design.md section 3.1; README "Tool-result ingress cap").
+"""The tool-result ingress cap (docs/design.md section 3.1; docs/configuration.md, "Tool-result ingress cap").
 
 Every carrier of tool results is capped alike: ``role: tool`` messages (string content or
 direct text blocks) and the ``tool_result`` blocks of Anthropic-style user messages (string

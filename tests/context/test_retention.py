@@ -141,7 +141,7 @@ async def test_newest_copy_of_a_repeated_body_is_retained(anyio_backend: str) ->
     ],
 )
 async def test_missing_body_fails_closed(anyio_backend: str, missing: str) -> None:
-    """71 (README "Errors"): a body no admitted persisted envelope carries raises
+    """71 (docs/orchestrators.md, "Errors"): a body no admitted persisted envelope carries raises
     RetainedContentMissingError, which is both a ContextLengthError and a ValueError;
     nothing changes and nothing lingers."""
     messages = history()

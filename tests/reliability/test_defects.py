@@ -171,7 +171,7 @@ async def test_a_hook_editing_its_payload_changes_nothing_stored(
 async def test_a_reset_during_a_count_fails_typed(move: str, anyio_backend: str) -> None:
     """The history replaced (``clear``, or ``set_messages`` with an unrelated list) while a
     negotiated request is being counted: the request raises ``TransactionConflictError``
-    (docs/design.md section 5.3, README "Errors"), its one transaction is rolled back, and nothing of it
+    (docs/design.md section 5.3, docs/orchestrators.md "Errors"), its one transaction is rolled back, and nothing of it
     reaches the store."""
     manager = SimpleContextManager(token_meter="actual", max_tokens=3000, protected_tool_results=1)
     await manager.set_messages(mixed_history(1200))
