@@ -33,10 +33,12 @@ __all__ = (
     "as_seen",
     "copy_message",
     "first_difference",
+    "given_form",
     "make_entry",
     "marker_owner",
     "own_copy",
     "public_form",
+    "public_of",
     "stored_form",
     "synthesized_marker",
     "utc_timestamp",
@@ -149,6 +151,35 @@ def public_form(admitted: Mapping[str, Any], drop_results: frozenset[str]) -> di
         if tidy is not None:
             message["content"] = tidy
     return message
+
+
+def public_of(
+    capped: Mapping[str, Any],
+    info: MessageInfo,
+    in_place: tuple[str, ...],
+    orphans: frozenset[str],
+) -> tuple[dict[str, Any] | None, bool]:
+    """The message's public form (None when no view shows it) and whether it is a plain
+    copy of ``capped``."""
+    content = capped.get("content")
+    if info.reference_only or (info.is_result_carrier and not in_place):
+        return None, False
+    if type(capped) is dict and capped.get("metadata") is None and not isinstance(content, list):
+        return dict(capped), True  # what ``public_form`` gives here, for less
+    if isinstance(content, list) and content:
+        public = public_form(capped, orphans)
+        # None when it carried nothing but results that answer nothing
+        return (public if public["content"] else None), False
+    return public_form(capped, frozenset()), False
+
+
+def given_form(
+    capped: Mapping[str, Any], public: dict[str, Any] | None, plain: bool
+) -> dict[str, Any]:
+    """What was given: usually the public form itself (equal to it, and the store's own)."""
+    if public is not None and (plain or public == capped):
+        return public
+    return own_copy(capped)
 
 
 def copy_message(message: Mapping[str, Any]) -> dict[str, Any]:

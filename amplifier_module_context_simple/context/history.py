@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ..errors import InvalidMessageError
@@ -59,10 +59,11 @@ from .entries import (
     as_seen,
     copy_message,
     first_difference,
+    given_form,
     make_entry,
     marker_owner,
-    own_copy,
     public_form,
+    public_of,
     stored_form,
     synthesized_marker,
     utc_timestamp,
@@ -70,6 +71,7 @@ from .entries import (
 from .estimate import estimate_message
 from .formats import same_tool_fields
 from .ids import fresh_ids, renamed_calls, renamed_results
+from .indexes import HistoryIndexes, Run
 from .ingress import IngressClip, cap_tool_result
 from .synthesize import synthesized_results
 from .validation import validate_message
@@ -101,100 +103,8 @@ _NO_IDS: Final[frozenset[str]] = frozenset()
 
 
 @dataclass(slots=True)
-class _Run:
-    """The open run: a call message and the results that may still answer it."""
-
-    owner: int
-    pending: dict[str, None]
-    """Ids not answered yet (as stored), in call order."""
-    pure_end: int
-    """Where the next pure result carrier goes in ``History.order`` (and, when the run is
-    closed with ids pending, its synthesized results)."""
-    mixed_end: int
-    """Where the next message mixing results and other content goes."""
-    renames: dict[str, str]
-    """Reused call ids and the names views show them under (see ``ids.py``)."""
-    held: list[int] = field(default_factory=list)
-    """Notes admitted while calls were running, shown once the run is answered or closed."""
-
-
-@dataclass(slots=True)
-class History:
-    """Admitted entries, the tool-group links between them and their display order."""
-
-    entries: list[Entry] = field(default_factory=list)
-    next_seq: int = 0
-    # union-find over seqs: messages linked through tool ids form one group
-    _parent: dict[int, int] = field(default_factory=dict)
-    # assistant seq -> ids of its calls that no admitted result answers
-    unanswered: dict[int, set[str]] = field(default_factory=dict)
-    first_human: int | None = None
-    last_human: int | None = None
-    # reminder body -> seq of the newest persisted envelope carrying it
-    latest_envelope: dict[str, int] = field(default_factory=dict)
-    order: list[int] = field(default_factory=list)
-    """Display order of the messages views can show (see the module docstring)."""
-    order_version: int = 0
-    synthesized: dict[int, Synthesized] = field(default_factory=dict)
-    """Call message seq -> the results views supply for its unanswered calls."""
-    _run: _Run | None = None
-    released_at: dict[int, int] = field(default_factory=dict)
-    """Held notes -> the seq from which views show them (see ``position_seq``)."""
-    _declared: set[str] = field(default_factory=set)
-    """Every call id (and view name) declared so far, to make reused ids unique."""
-    body_prefix: list[int] = field(default_factory=lambda: [0])
-    """``body_prefix[n]``: see ``uncompacted_body_tokens``."""
-    _body_added: int = 0
-    widest_cap: int = 0
-    """The largest ``max_tool_result_bytes`` any admission used."""
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    @property
-    def held(self) -> tuple[int, ...]:
-        """Seqs of the notes the open run holds back while its calls are running."""
-        return tuple(self._run.held) if self._run is not None else ()
-
-    def group_of(self, seq: int) -> int:
-        """The representative seq of the tool group ``seq`` belongs to (itself if none)."""
-        parent = self._parent
-        root = seq
-        while parent.get(root, root) != root:
-            root = parent[root]
-        while parent.get(seq, seq) != root:  # path compression
-            parent[seq], seq = root, parent[seq]
-        return root
-
-    def position_seq(self, item: int) -> int:
-        """The seq that decides whether an ``order`` item is inside a history prefix.
-
-        A prefix of ``length`` entries shows ``item`` iff this is below ``length``: a
-        message by its own seq, synthesized results by the seq that closed their run.
-        """
-        if item < 0:
-            return self.synthesized[marker_owner(item)].closed_at
-        return self.released_at.get(item, item)
-
-    def pending_groups(self, length: int) -> frozenset[int]:
-        """Groups with a call that a view of the first ``length`` entries leaves open.
-
-        That is a call not answered in the prefix and not closed in it (a pending tail),
-        or one whose results were admitted after the prefix.
-        """
-        open_groups = {
-            self.group_of(seq)
-            for seq, ids in self.unanswered.items()
-            if seq < length
-            and ids
-            and (seq not in self.synthesized or self.synthesized[seq].closed_at >= length)
-        }
-        open_groups.update(
-            self.group_of(entry.seq)
-            for entry in self.entries[length:]
-            if entry.info.result_ids or entry.info.call_ids
-        )
-        return frozenset(open_groups)
+class History(HistoryIndexes):
+    """Admission into the indexes (see the module docstring)."""
 
     def admit(
         self, message: Mapping[str, Any], *, max_tool_result_bytes: int, stamp_time: bool
@@ -225,7 +135,7 @@ class History:
         timestamp = _timestamp(capped, stamp_time)
         info = classify(capped)
         in_place, orphans = self._answering(info.result_ids)
-        public, plain = _public_of(capped, info, in_place, orphans)
+        public, plain = public_of(capped, info, in_place, orphans)
         renames: dict[str, str] = {}
         if public is not None:
             public, plain, renames = self._shown_ids(public, plain, info, in_place)
@@ -233,7 +143,7 @@ class History:
         entry = make_entry(
             (
                 self.next_seq,
-                _given(capped, public, plain),
+                given_form(capped, public, plain),
                 timestamp,
                 public,
                 info,
@@ -347,11 +257,6 @@ class History:
             index += 1
         return True
 
-    def uncompacted_body_tokens(self, length: int) -> int:
-        """Estimated tokens of the non-system messages a view of ``length`` entries shows
-        with no compaction (synthesized results included)."""
-        return self.body_prefix[length]
-
     def _place(self, entry: Entry, in_place: tuple[str, ...], renames: dict[str, str]) -> None:
         """Link ``entry`` to its run and put it in the display order.
 
@@ -366,7 +271,7 @@ class History:
             self.order.append(seq)
             if info.call_ids:
                 end = len(self.order)
-                self._run = _Run(seq, dict.fromkeys(info.call_ids), end, end, renames)
+                self._run = Run(seq, dict.fromkeys(info.call_ids), end, end, renames)
                 self.unanswered[seq] = set(info.call_ids)
                 self._declared.update(info.call_ids)
                 self._declared.update(renames.values())
@@ -401,7 +306,7 @@ class History:
         if info.is_human:
             self._close_run(seq)
 
-    def _release(self, run: _Run, at: int) -> None:
+    def _release(self, run: Run, at: int) -> None:
         """Show the notes held back while ``run`` had calls running, from seq ``at`` on."""
         for held in run.held:
             self.released_at[held] = at
@@ -463,26 +368,6 @@ def _timestamp(capped: Mapping[str, Any], stamp_time: bool) -> str | None:
     return None
 
 
-def _public_of(
-    capped: Mapping[str, Any],
-    info: MessageInfo,
-    in_place: tuple[str, ...],
-    orphans: frozenset[str],
-) -> tuple[dict[str, Any] | None, bool]:
-    """The message's public form (None when no view shows it) and whether it is a plain
-    copy of ``capped``."""
-    content = capped.get("content")
-    if info.reference_only or (info.is_result_carrier and not in_place):
-        return None, False
-    if type(capped) is dict and capped.get("metadata") is None and not isinstance(content, list):
-        return dict(capped), True  # what ``public_form`` gives here, for less
-    if isinstance(content, list) and content:
-        public = public_form(capped, orphans)
-        # None when it carried nothing but results that answer nothing
-        return (public if public["content"] else None), False
-    return public_form(capped, frozenset()), False
-
-
 def _kind_and_tokens(
     capped: Mapping[str, Any],
     public: dict[str, Any] | None,
@@ -501,13 +386,6 @@ def _kind_and_tokens(
     ):
         return kind, estimated  # what it would be: the estimate reads nothing else
     return kind, estimate_message(public)
-
-
-def _given(capped: Mapping[str, Any], public: dict[str, Any] | None, plain: bool) -> dict[str, Any]:
-    """What was given: usually the public form itself (equal to it, and the store's own)."""
-    if public is not None and (plain or public == capped):
-        return public
-    return own_copy(capped)
 
 
 def build_history(

@@ -58,14 +58,15 @@ __all__ = (
     "block_id",
     "block_roles_error",
     "block_type",
-    "called_tools",
     "call_block_format",
+    "called_tools",
     "calls_in",
     "carried_result_ids",
     "count_calls",
     "count_message_fields",
     "declared_call_ids",
     "has_anonymous_results",
+    "has_call_lists",
     "is_mapping",
     "listed_call_ids",
     "message_fields_error",
@@ -315,6 +316,11 @@ def count_calls(counter: Counter, message: Mapping[str, Any]) -> None:
 def listed_call_ids(message: Mapping[str, Any]) -> frozenset[str]:
     """Ids of calls a message lists whose call blocks are not counted again."""
     return AMPLIFIER.listed_call_ids(message)
+
+
+def has_call_lists(message: Mapping[str, Any]) -> bool:
+    """Whether ``message`` has a message-level call list (of any value)."""
+    return any(message.get(key) is not None for key in CALL_LIST_KEYS)
 
 
 def same_tool_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
