@@ -78,6 +78,7 @@ class IngressClip:
     def payload(self) -> dict[str, Any]:
         return {
             "tool_name": self.tool_name if isinstance(self.tool_name, str) else None,
+            # the event's own field name (its published payload), not a message key
             "tool_call_id": self.tool_call_id if isinstance(self.tool_call_id, str) else None,
             "original_text_utf8_bytes": self.original_text_utf8_bytes,
             "stored_text_utf8_bytes": self.stored_text_utf8_bytes,
