@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .classify import block_field, block_type
+from .formats import called_tools
 
 __all__ = ("KEY_ARGUMENTS", "MAX_FACT_CHARS", "call_facts")
 
@@ -61,27 +61,7 @@ def _fact(name: object, arguments: object) -> str | None:
 
 
 def call_facts(message: Mapping[str, Any]) -> list[str]:
-    """``name(key=value)`` for each tool call ``message`` declares, in every format."""
-    facts: list[str | None] = []
-    calls = message.get("tool_calls")
-    for call in calls if isinstance(calls, list) else ():
-        function = block_field(call, "function")
-        if function is not None:
-            facts.append(_fact(block_field(function, "name"), block_field(function, "arguments")))
-        else:
-            facts.append(_fact(block_field(call, "tool"), block_field(call, "arguments")))
-    content = message.get("content")
-    listed = {block_field(c, "id") for c in calls} if isinstance(calls, list) else set()
-    for block in content if isinstance(content, list) else ():
-        if (
-            block_type(block) in ("tool_use", "tool_call")
-            and block_field(block, "id") not in listed
-        ):
-            arguments = block_field(block, "input")
-            facts.append(
-                _fact(
-                    block_field(block, "name"),
-                    arguments if arguments is not None else block_field(block, "arguments"),
-                )
-            )
+    """``name(key=value)`` for each tool call ``message`` declares, in every format (the
+    format classes say where each keeps a call's name and arguments)."""
+    facts = (_fact(name, arguments) for name, arguments in called_tools(message))
     return [fact for fact in facts if fact is not None]

@@ -6,7 +6,8 @@ is neither applied nor counted. Reduced forms carry ``metadata["compaction"]`` s
 was done, so a reader (and a test) can trace every reduced message back to its admitted
 original. The input message is never mutated; unchanged blocks are the same objects.
 
-``truncated_form`` reduces every carrier of tool results alike:
+``truncated_form`` reduces every carrier of tool results alike (the format classes in
+``formats/`` say where each format's results live and how a reduced one is put back):
 
 - a message with string content (a ``role: tool`` result) keeps its first
   ``truncate_chars`` characters after a lead-in naming the original size and how to get
@@ -36,9 +37,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .classify import block_field, block_type
 from .estimate import estimate_message
-from .ingress import RETRIEVAL_GUIDANCE, rebuildable, with_field
+from .formats import (
+    block_field,
+    block_type,
+    rebuildable,
+    result_block_format,
+    whole_result_format,
+    with_field,
+)
+from .ingress import RETRIEVAL_GUIDANCE
 
 __all__ = (
     "STUB_MIN_CHARS",
@@ -143,17 +151,18 @@ def _reduce_result(
 def _reduce_carrier(
     blocks: list[Any], keep_chars: int, tokens: int, protected: bool
 ) -> list[Any] | None:
-    """Each ``tool_result`` block of a carrier reduced; None if none changed."""
+    """Each result block of a carrier reduced; None if none changed."""
     changed = False
     reduced: list[Any] = []
     for block in blocks:
         inner = None
-        if block_type(block) == "tool_result" and rebuildable(block):
-            inner = _reduce_result(block_field(block, "content"), keep_chars, tokens, protected)
-        if inner is None:
+        fmt = result_block_format(block)
+        if fmt is not None and rebuildable(block):
+            inner = _reduce_result(fmt.block_result_content(block), keep_chars, tokens, protected)
+        if inner is None or fmt is None:
             reduced.append(block)
         else:
-            reduced.append(with_field(block, "content", inner))
+            reduced.append(fmt.with_block_result_content(block, inner))
             changed = True
     return reduced if changed else None
 
@@ -174,7 +183,7 @@ def truncated_form(
     if protected:
         note["protected"] = True
     reduced: str | list[Any] | None
-    if isinstance(content, list) and message.get("role") != "tool":
+    if isinstance(content, list) and whole_result_format(message) is None:
         reduced = _reduce_carrier(content, truncate_chars, tokens, protected)
     else:
         reduced = _reduce_result(content, truncate_chars, tokens, protected)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .classify import block_field, block_type
+from .formats import rename_calls, rename_results
 
 __all__ = (
     "RENAMED_KEY",
@@ -47,50 +47,17 @@ def _with_note(message: Mapping[str, Any], renames: Mapping[str, str]) -> dict[s
     return {**message, "metadata": metadata}
 
 
-def _renamed_block(block: object, keys: tuple[str, ...], renames: Mapping[str, str]) -> object:
-    if not isinstance(block, Mapping):
-        update = {
-            key: renames[value]
-            for key in keys
-            if isinstance(value := block_field(block, key), str) and value in renames
-        }
-        copy = getattr(block, "model_copy", None)
-        return copy(update=update) if update and callable(copy) else block
-    changed = {key: renames[block[key]] for key in keys if block.get(key) in renames}
-    return {**block, **changed} if changed else block
-
-
 def renamed_calls(message: Mapping[str, Any], renames: Mapping[str, str]) -> dict[str, Any]:
-    """``message`` (an assistant turn) with its calls' ids renamed; nothing is mutated."""
+    """``message`` (an assistant turn) with its calls' ids renamed, in every format (the
+    format classes say where each keeps its ids); nothing is mutated."""
     renamed = _with_note(message, renames)
-    calls = message.get("tool_calls")
-    if isinstance(calls, list):
-        renamed["tool_calls"] = [
-            _renamed_block(call, ("id", "tool_call_id"), renames) for call in calls
-        ]
-    content = message.get("content")
-    if isinstance(content, list):
-        renamed["content"] = [
-            _renamed_block(block, ("id",), renames)
-            if block_type(block) in ("tool_use", "tool_call")
-            else block
-            for block in content
-        ]
+    rename_calls(renamed, message, renames)
     return renamed
 
 
 def renamed_results(message: Mapping[str, Any], renames: Mapping[str, str]) -> dict[str, Any]:
-    """``message`` with the ids of the results it carries renamed; nothing is mutated."""
+    """``message`` with the ids of the results it carries renamed, in every format;
+    nothing is mutated."""
     renamed = _with_note(message, renames)
-    call_id = message.get("tool_call_id")
-    if isinstance(call_id, str) and call_id in renames:
-        renamed["tool_call_id"] = renames[call_id]
-    content = message.get("content")
-    if isinstance(content, list):
-        renamed["content"] = [
-            _renamed_block(block, ("tool_use_id", "tool_call_id"), renames)
-            if block_type(block) == "tool_result"
-            else block
-            for block in content
-        ]
+    rename_results(renamed, message, renames)
     return renamed

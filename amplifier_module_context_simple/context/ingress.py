@@ -1,6 +1,7 @@
 """The tool-result ingress cap: oversized tool text is clipped before admission.
 
-Every carrier of tool results is capped, each result on its own:
+Every carrier of tool results is capped, each result on its own (the format classes in
+``formats/`` say where each format's results live and how a clipped one is put back):
 
 - a ``role == "tool"`` message (OpenAI, or Amplifier's stored form with ``name``): its
   string content, or the direct text blocks of its list content;
@@ -36,8 +37,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .classify import block_field, block_id
 from .config import INGRESS_MARKER_TEMPLATE
+from .formats import (
+    block_field,
+    rebuildable,
+    result_block_format,
+    whole_result_format,
+    with_field,
+)
 
 __all__ = (
     "INGRESS_EVENT",
@@ -45,10 +52,8 @@ __all__ = (
     "IngressClip",
     "cap_tool_result",
     "marker",
-    "rebuildable",
     "utf8_prefix",
     "utf8_size",
-    "with_field",
 )
 
 
@@ -73,6 +78,7 @@ class IngressClip:
     def payload(self) -> dict[str, Any]:
         return {
             "tool_name": self.tool_name if isinstance(self.tool_name, str) else None,
+            # the event's own field name (its published payload), not a message key
             "tool_call_id": self.tool_call_id if isinstance(self.tool_call_id, str) else None,
             "original_text_utf8_bytes": self.original_text_utf8_bytes,
             "stored_text_utf8_bytes": self.stored_text_utf8_bytes,
@@ -108,18 +114,6 @@ def marker(original_bytes: int) -> str:
     return INGRESS_MARKER_TEMPLATE.format(original=original_bytes)
 
 
-def rebuildable(block: object) -> bool:
-    """Whether a changed copy of ``block`` can be made (a mapping, or has ``model_copy``)."""
-    return isinstance(block, Mapping) or callable(getattr(block, "model_copy", None))
-
-
-def with_field(block: object, key: str, value: object) -> object:
-    """A copy of a ``rebuildable`` block with ``key`` set to ``value`` (input unchanged)."""
-    if isinstance(block, Mapping):
-        return {**block, key: value}
-    return block.model_copy(update={key: value})  # type: ignore[attr-defined]  # has model_copy
-
-
 def _is_text_block(block: object) -> bool:
     if block_field(block, "type") != "text" or not isinstance(block_field(block, "text"), str):
         return False
@@ -134,24 +128,25 @@ def cap_tool_result(
     The input is never mutated; an under-cap message is returned as the same object, and
     so is every block that is not clipped. See the module docstring for the contract.
     """
-    role = message.get("role")
-    content = message.get("content")
-    if role == "tool":
+    whole = whole_result_format(message)
+    if whole is not None:
+        content = whole.message_result_content(message)
         if type(content) is str and len(content) * 4 <= max_bytes:
             return message, None  # the commonest result: within the cap, however encoded
         capped = _cap_content(content, max_bytes)
         if capped is None:
             return message, None
         clip = IngressClip(
-            tool_name=message.get("name"),
-            tool_call_id=message.get("tool_call_id"),
+            tool_name=whole.message_result_name(message),
+            tool_call_id=whole.message_result_id_field(message),
             original_text_utf8_bytes=capped.original,
             stored_text_utf8_bytes=capped.stored,
             max_tool_result_bytes=max_bytes,
-            content_kind="string" if isinstance(content, str) else "text_blocks",
+            content_kind=whole.message_clip_kind(content),
         )
-        return {**message, "content": capped.content}, clip
-    if role == "assistant" or not isinstance(content, list):
+        return whole.with_message_result_content(message, capped.content), clip
+    content = message.get("content")
+    if message.get("role") == "assistant" or not isinstance(content, list):
         return message, None
     return _cap_result_blocks(message, content, max_bytes)
 
@@ -162,28 +157,30 @@ def _cap_result_blocks(
     """Cap each ``tool_result`` block of a carrier on its own; one clip for the message."""
     kept: list[Any] = []
     first: object = None
+    first_format = None
     original = stored = 0
     for block in blocks:
         capped = None
-        if block_field(block, "type") == "tool_result" and rebuildable(block):
-            capped = _cap_content(block_field(block, "content"), max_bytes)
-        if capped is None:
+        fmt = result_block_format(block)
+        if fmt is not None and rebuildable(block):
+            capped = _cap_content(fmt.block_result_content(block), max_bytes)
+        if capped is None or fmt is None:
             kept.append(block)
             continue
         if first is None:
-            first = block
+            first, first_format = block, fmt
         original += capped.original
         stored += capped.stored
-        kept.append(with_field(block, "content", capped.content))
-    if first is None:
+        kept.append(fmt.with_block_result_content(block, capped.content))
+    if first is None or first_format is None:
         return message, None
     clip = IngressClip(
-        tool_name=block_field(first, "name"),
-        tool_call_id=block_id(first, "tool_use_id", "tool_call_id"),
+        tool_name=first_format.block_result_name(first),
+        tool_call_id=first_format.result_block_id(first),
         original_text_utf8_bytes=original,
         stored_text_utf8_bytes=stored,
         max_tool_result_bytes=max_bytes,
-        content_kind="tool_result_blocks",
+        content_kind=first_format.block_clip_kind,
     )
     return {**message, "content": kept}, clip
 

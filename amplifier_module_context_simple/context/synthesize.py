@@ -4,12 +4,12 @@ A call whose results never arrived (a crashed or interrupted tool, a timeout, a 
 that was never recorded) and that a later assistant turn follows cannot be sent as it is:
 both the OpenAI Chat Completions and the Anthropic Messages APIs reject an assistant tool
 call that is not followed by results for each of its ids. The view answers it instead, in
-the call's own format:
+the call's own format (the format classes in ``formats/`` build the messages):
 
-- a call in ``tool_calls`` (OpenAI or Amplifier's stored form) or an amplifier-core
-  ``tool_call`` block gets a ``{"role": "tool", "tool_call_id": id}`` message;
-- an Anthropic ``tool_use`` block gets a ``tool_result`` block with ``is_error: true``;
-  all of one message's missing ``tool_use`` ids share one user message.
+- a call in the OpenAI/Amplifier ``tool_calls`` list or an amplifier-core call block gets
+  a ``role: "tool"`` message of its own;
+- an Anthropic call block gets a result block with ``is_error: true``; all of one
+  message's missing Anthropic ids share one user message.
 
 Where they go (``History`` places them): after the results its turn did record, which
 stay where and as they are stored, and before any message that mixes results with other
@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from .classify import block_field, block_id, block_type
+from .formats import answered_calls
 from .ids import RENAMED_KEY
 
 __all__ = (
@@ -64,17 +64,6 @@ def _note(ids: Sequence[str], stored: Mapping[str, str]) -> dict[str, Any]:
     return note
 
 
-def _call_name(call: object) -> str | None:
-    for value in (
-        block_field(block_field(call, "function"), "name"),
-        block_field(call, "tool"),
-        block_field(call, "name"),
-    ):
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
 def synthesized_results(
     call_message: Mapping[str, Any],
     missing: Sequence[str],
@@ -83,50 +72,16 @@ def synthesized_results(
     """The messages that answer ``missing`` call ids of ``call_message``, in call order.
 
     ``missing`` must be ids the message declares (as the view shows it); ids are answered
-    in the format in which the message declares them (see the module docstring).
-    ``stored``: shown id -> stored id, for the ids views show renamed.
+    in the format in which the message declares them (see the module docstring; each
+    format class builds its own answers). ``stored``: shown id -> stored id, for the ids
+    views show renamed.
     """
-    stored = stored or {}
-    wanted = set(missing)
-    as_tool: list[tuple[str, str | None]] = []
-    as_blocks: list[tuple[str, str | None]] = []
-    calls = call_message.get("tool_calls")
-    for call in calls if isinstance(calls, list) else ():
-        call_id = block_id(call, "id", "tool_call_id")
-        if call_id in wanted:
-            wanted.discard(call_id)
-            as_tool.append((call_id, _call_name(call)))
-    content = call_message.get("content")
-    for block in content if isinstance(content, list) else ():
-        call_id = block_id(block, "id")
-        if call_id not in wanted or block_type(block) not in ("tool_use", "tool_call"):
-            continue
-        wanted.discard(call_id)
-        target = as_blocks if block_type(block) == "tool_use" else as_tool
-        target.append((call_id, _call_name(block)))
-    messages: list[dict[str, Any]] = [
-        {
-            "role": "tool",
-            "tool_call_id": call_id,
-            "content": _text(name),
-            "metadata": _note([call_id], stored),
-        }
-        for call_id, name in as_tool
-    ]
-    if as_blocks:
-        messages.append(
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": call_id,
-                        "is_error": True,
-                        "content": _text(name),
-                    }
-                    for call_id, name in as_blocks
-                ],
-                "metadata": _note([call_id for call_id, _ in as_blocks], stored),
-            }
-        )
+    shown_to_stored = stored or {}
+
+    def note(ids: Sequence[str]) -> dict[str, Any]:
+        return _note(ids, shown_to_stored)
+
+    messages: list[dict[str, Any]] = []
+    for fmt, calls in answered_calls(call_message, missing):
+        messages.extend(fmt.synthesized([(call_id, _text(name)) for call_id, name in calls], note))
     return messages

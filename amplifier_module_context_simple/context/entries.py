@@ -1,0 +1,256 @@
+"""Admitted entries: what admission decides about one message, and its forms.
+
+An ``Entry`` is one admitted message with everything decided about it at admission; its
+*given* form is the message as the caller gave it (after the ingress cap), its *public*
+form the provider-facing one (``public_form``), its *stored* form what ``get_messages``
+returns (``stored_form``). ``Synthesized`` holds the results views supply for calls a
+later turn left unanswered; ``History.order`` stands for them by ``synthesized_marker``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from itertools import compress, count
+from operator import attrgetter, ne
+from typing import Any, Final, NamedTuple
+
+from .classify import PUBLIC_METADATA_KEYS, MessageInfo
+from .formats import is_mapping, results_first
+
+__all__ = (
+    "BODY",
+    "HOOK_SYSTEM",
+    "SEQ_KEY",
+    "SKIP",
+    "SYSTEM",
+    "Entry",
+    "EntryKind",
+    "Synthesized",
+    "as_seen",
+    "copy_message",
+    "first_difference",
+    "given_form",
+    "make_entry",
+    "marker_owner",
+    "own_copy",
+    "public_form",
+    "public_of",
+    "stored_form",
+    "synthesized_marker",
+    "utc_timestamp",
+)
+
+
+SEQ_KEY = "_seq"
+
+
+class Entry(NamedTuple):
+    """One admitted message and everything decided about it at admission.
+
+    A named tuple: immutable, and cheap to build (a session resume builds thousands).
+    """
+
+    seq: int
+    given: dict[str, Any]
+    """The message as the caller gave it, after the ingress cap; never mutated. Its
+    top-level and metadata dicts are the store's own (the public form itself when the two
+    are equal); nested values are shared with the caller (read-only by contract)."""
+    timestamp: str | None
+    """The admission time ``add_message`` stamped (None when it added none)."""
+    public: dict[str, Any] | None
+    """The provider-facing form (no ``_seq``, no history-only keys, no orphan results);
+    None when the message never reaches a view (reference-only row, orphan result)."""
+    info: MessageInfo
+    tokens: int
+    kind: EntryKind
+    """How views use it."""
+    has_metadata: bool
+    """Whether the public form has a metadata dict (views copy it)."""
+
+    @property
+    def stored(self) -> dict[str, Any]:
+        """The message as ``get_messages`` returns it (see ``stored_form``)."""
+        return stored_form(self)
+
+
+def stored_form(entry: Entry) -> dict[str, Any]:
+    """``entry``'s message as ``get_messages`` returns it: as given, its metadata carrying
+    ``_seq`` (and the stamped timestamp). A new dict, with a new metadata dict.
+
+    A plain function, mapped over the history by ``get_messages`` and by ``History.starts``
+    (a property costs one more call per message).
+    """
+    given = entry.given
+    given_metadata = given.get("metadata")
+    timestamp = entry.timestamp
+    # Keys in the order the message had them, then the stamped timestamp, then _seq.
+    if given_metadata:
+        metadata = dict(given_metadata)
+        if timestamp is not None:
+            metadata["timestamp"] = timestamp
+        metadata[SEQ_KEY] = entry.seq
+    elif timestamp is None:
+        metadata = {SEQ_KEY: entry.seq}
+    else:
+        metadata = {"timestamp": timestamp, SEQ_KEY: entry.seq}
+    stored = given.copy()
+    stored["metadata"] = metadata
+    return stored
+
+
+make_entry: Final = partial(tuple.__new__, Entry)
+"""``Entry`` from all its fields in order: without ``__new__``'s argument binding."""
+
+
+class EntryKind(enum.IntEnum):
+    """How views use an admitted message."""
+
+    SKIP = 0
+    """Never shown (a reference-only row, an orphan result)."""
+    BODY = 1
+    """Shown in the conversation, in display order."""
+    SYSTEM = 2
+    """A stored system message: hoisted, or replaced by the system prompt factory."""
+    HOOK_SYSTEM = 3
+    """A hook-sourced system message: hoisted, and kept even with a factory."""
+
+
+SKIP, BODY, SYSTEM, HOOK_SYSTEM = EntryKind
+
+
+def utc_timestamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def public_form(admitted: Mapping[str, Any], drop_results: frozenset[str]) -> dict[str, Any]:
+    """The provider-facing form of a message, built once at admission.
+
+    It is the message as the caller gave it (after the ingress cap): our bookkeeping
+    (the sequence id, the timestamp we stamp) stays in the stored history only, and the
+    history-only ``amplifier_public_*`` keys are dropped. A message that came without
+    metadata has none in its views, so building a view copies one dict per message.
+
+    In a list of blocks, ``tool_result`` blocks that answer nothing (their id is in
+    ``drop_results``, they name no call, or they repeat an id already answered in the
+    message) are left out, and the remaining results come first: the Anthropic API
+    requires a turn that answers calls to begin with its results.
+    """
+    message = dict(admitted)
+    metadata = message.get("metadata")
+    if metadata is not None and is_mapping(metadata):
+        message["metadata"] = {
+            k: v for k, v in metadata.items() if k != SEQ_KEY and k not in PUBLIC_METADATA_KEYS
+        }
+    content = admitted.get("content")
+    if isinstance(content, list) and admitted.get("role") != "assistant":
+        tidy = results_first(content, drop_results)
+        if tidy is not None:
+            message["content"] = tidy
+    return message
+
+
+def public_of(
+    capped: Mapping[str, Any],
+    info: MessageInfo,
+    in_place: tuple[str, ...],
+    orphans: frozenset[str],
+) -> tuple[dict[str, Any] | None, bool]:
+    """The message's public form (None when no view shows it) and whether it is a plain
+    copy of ``capped``."""
+    content = capped.get("content")
+    if info.reference_only or (info.is_result_carrier and not in_place):
+        return None, False
+    if type(capped) is dict and capped.get("metadata") is None and not isinstance(content, list):
+        return dict(capped), True  # what ``public_form`` gives here, for less
+    if isinstance(content, list) and content:
+        public = public_form(capped, orphans)
+        # None when it carried nothing but results that answer nothing
+        return (public if public["content"] else None), False
+    return public_form(capped, frozenset()), False
+
+
+def given_form(
+    capped: Mapping[str, Any], public: dict[str, Any] | None, plain: bool
+) -> dict[str, Any]:
+    """What was given: usually the public form itself (equal to it, and the store's own)."""
+    if public is not None and (plain or public == capped):
+        return public
+    return own_copy(capped)
+
+
+def copy_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A new dict with a new metadata dict; nested values are shared (read-only by contract)."""
+    copied = dict(message)
+    metadata = copied.get("metadata")
+    if isinstance(metadata, dict):
+        copied["metadata"] = metadata.copy()
+    return copied
+
+
+def own_copy(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A new dict with its own metadata dict (of any mapping); nested values are shared."""
+    copied = dict(message)
+    metadata = copied.get("metadata")
+    if metadata is not None and is_mapping(metadata):
+        copied["metadata"] = dict(metadata)
+    return copied
+
+
+@dataclass(frozen=True, slots=True)
+class Synthesized:
+    """The results a view supplies for calls a later assistant turn left unanswered."""
+
+    owner: int
+    """Seq of the call message."""
+    closed_at: int
+    """Seq of the assistant message that closed the run: views of shorter prefixes show
+    the call as a pending tail instead."""
+    call_ids: tuple[str, ...]
+    messages: tuple[dict[str, Any], ...]
+    message_tokens: tuple[int, ...]
+    tokens: int
+
+
+def synthesized_marker(owner: int) -> int:
+    """The ``History.order`` item standing for the synthesized results of ``owner``."""
+    return -owner - 1
+
+
+def marker_owner(item: int) -> int:
+    return -item - 1
+
+
+GIVEN: Final = attrgetter("given")
+STORED: Final = stored_form
+_BOOKKEEPING: Final = frozenset({SEQ_KEY, "timestamp"})
+
+
+def first_difference(
+    entries: list[Entry],
+    messages: Sequence[object],
+    start: int,
+    end: int,
+    form: Callable[[Entry], Mapping[str, Any]],
+) -> int:
+    """The first index from ``start`` whose message is not ``==`` to ``form`` of its
+    entry, or ``end`` (the loop runs in C: ``map``, ``compress``, dict equality)."""
+    differs = map(ne, map(form, entries[start:end]), messages[start:end])
+    return next(compress(count(start), differs), end)
+
+
+def as_seen(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``message`` without the store's bookkeeping (sequence id, admission timestamp)."""
+    metadata = message.get("metadata")
+    if not isinstance(metadata, Mapping) or not _BOOKKEEPING.intersection(metadata):
+        if isinstance(metadata, Mapping) and not metadata:
+            return {k: v for k, v in message.items() if k != "metadata"}
+        return message
+    kept = {k: v for k, v in metadata.items() if k not in _BOOKKEEPING}
+    seen = {k: v for k, v in message.items() if k != "metadata"}
+    if kept:
+        seen["metadata"] = kept
+    return seen

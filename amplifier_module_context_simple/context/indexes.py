@@ -1,0 +1,118 @@
+"""The history's indexes: what admission records besides the entries, and its queries.
+
+``HistoryIndexes`` holds the tool-group links (a union-find over sequence ids), the
+display order, the open run, the synthesized results, the human and envelope marks and
+the running body-token prefix; ``History`` (``history.py``) is what fills them, one
+admission at a time. The queries here read them and never change anything but the
+union-find's path compression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .entries import Entry, Synthesized, marker_owner
+
+__all__ = ("HistoryIndexes", "Run")
+
+
+@dataclass(slots=True)
+class Run:
+    """The open run: a call message and the results that may still answer it."""
+
+    owner: int
+    pending: dict[str, None]
+    """Ids not answered yet (as stored), in call order."""
+    pure_end: int
+    """Where the next pure result carrier goes in ``History.order`` (and, when the run is
+    closed with ids pending, its synthesized results)."""
+    mixed_end: int
+    """Where the next message mixing results and other content goes."""
+    renames: dict[str, str]
+    """Reused call ids and the names views show them under (see ``ids.py``)."""
+    held: list[int] = field(default_factory=list)
+    """Notes admitted while calls were running, shown once the run is answered or closed."""
+
+
+@dataclass(slots=True)
+class HistoryIndexes:
+    """Admitted entries, the tool-group links between them and their display order."""
+
+    entries: list[Entry] = field(default_factory=list)
+    next_seq: int = 0
+    # union-find over seqs: messages linked through tool ids form one group
+    _parent: dict[int, int] = field(default_factory=dict)
+    # assistant seq -> ids of its calls that no admitted result answers
+    unanswered: dict[int, set[str]] = field(default_factory=dict)
+    first_human: int | None = None
+    last_human: int | None = None
+    # reminder body -> seq of the newest persisted envelope carrying it
+    latest_envelope: dict[str, int] = field(default_factory=dict)
+    order: list[int] = field(default_factory=list)
+    """Display order of the messages views can show (see ``history.py``'s docstring)."""
+    order_version: int = 0
+    synthesized: dict[int, Synthesized] = field(default_factory=dict)
+    """Call message seq -> the results views supply for its unanswered calls."""
+    _run: Run | None = None
+    released_at: dict[int, int] = field(default_factory=dict)
+    """Held notes -> the seq from which views show them (see ``position_seq``)."""
+    _declared: set[str] = field(default_factory=set)
+    """Every call id (and view name) declared so far, to make reused ids unique."""
+    body_prefix: list[int] = field(default_factory=lambda: [0])
+    """``body_prefix[n]``: see ``uncompacted_body_tokens``."""
+    _body_added: int = 0
+    widest_cap: int = 0
+    """The largest ``max_tool_result_bytes`` any admission used."""
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def held(self) -> tuple[int, ...]:
+        """Seqs of the notes the open run holds back while its calls are running."""
+        return tuple(self._run.held) if self._run is not None else ()
+
+    def group_of(self, seq: int) -> int:
+        """The representative seq of the tool group ``seq`` belongs to (itself if none)."""
+        parent = self._parent
+        root = seq
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while parent.get(seq, seq) != root:  # path compression
+            parent[seq], seq = root, parent[seq]
+        return root
+
+    def position_seq(self, item: int) -> int:
+        """The seq that decides whether an ``order`` item is inside a history prefix.
+
+        A prefix of ``length`` entries shows ``item`` iff this is below ``length``: a
+        message by its own seq, synthesized results by the seq that closed their run.
+        """
+        if item < 0:
+            return self.synthesized[marker_owner(item)].closed_at
+        return self.released_at.get(item, item)
+
+    def pending_groups(self, length: int) -> frozenset[int]:
+        """Groups with a call that a view of the first ``length`` entries leaves open.
+
+        That is a call not answered in the prefix and not closed in it (a pending tail),
+        or one whose results were admitted after the prefix.
+        """
+        open_groups = {
+            self.group_of(seq)
+            for seq, ids in self.unanswered.items()
+            if seq < length
+            and ids
+            and (seq not in self.synthesized or self.synthesized[seq].closed_at >= length)
+        }
+        open_groups.update(
+            self.group_of(entry.seq)
+            for entry in self.entries[length:]
+            if entry.info.result_ids or entry.info.call_ids
+        )
+        return frozenset(open_groups)
+
+    def uncompacted_body_tokens(self, length: int) -> int:
+        """Estimated tokens of the non-system messages a view of ``length`` entries shows
+        with no compaction (synthesized results included)."""
+        return self.body_prefix[length]
