@@ -32,7 +32,6 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from . import text_tokens as _text_tokens
 from .formats import (
     RESULT_ID_KEYS,
     as_plain,
@@ -75,12 +74,6 @@ TOOL_CALL_OVERHEAD_TOKENS: Final = 1
 """Framing of one tool call or call block, on top of its id, name and arguments, which
 are counted as text: no provider publishes it and OpenAI's counting recipe has none; one
 token keeps a call from costing only its texts."""
-
-# The text estimator's tables, where the estimator's byte-by-byte reference has read them.
-_CLASS_TABLE: Final = _text_tokens._CLASS_TABLE
-_TRIPLE_WEIGHTS: Final = _text_tokens._TRIPLE_WEIGHTS
-_SCRIPT_WEIGHTS: Final = _text_tokens._SCRIPT_WEIGHTS
-_THAI_EXTRA_UNITS: Final = _text_tokens._THAI_EXTRA_UNITS
 
 _IMAGE_TYPES: Final = frozenset({"image", "image_url", "input_image"})
 _TEXT_TYPES: Final = frozenset({"text", "input_text", "output_text"})

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from amplifier_module_context_simple.context import estimate
+from amplifier_module_context_simple.context import estimate, text_tokens
 from amplifier_module_context_simple.context.estimate import (
     IMAGE_TOKENS_DEFAULT,
     MESSAGE_OVERHEAD_TOKENS,
@@ -477,15 +477,15 @@ def _reference_estimate(text: str) -> int:
     if not text:
         return 0
     data = text.encode("utf-8", "surrogatepass")
-    classes = [0, *(estimate._CLASS_TABLE[byte] for byte in data), 0]
+    classes = [0, *(text_tokens._CLASS_TABLE[byte] for byte in data), 0]
     units: float = sum(
-        estimate._TRIPLE_WEIGHTS[36 * classes[i - 1] + 6 * classes[i] + classes[i + 1]]
+        text_tokens._TRIPLE_WEIGHTS[36 * classes[i - 1] + 6 * classes[i] + classes[i + 1]]
         for i in range(1, len(classes) - 1)
     )
     if not text.isascii():
-        units += sum(estimate._SCRIPT_WEIGHTS[byte] for byte in data)
+        units += sum(text_tokens._SCRIPT_WEIGHTS[byte] for byte in data)
         thai = data.count("\u0e00".encode()[:2]) + data.count("\u0e40".encode()[:2])
-        units += estimate._THAI_EXTRA_UNITS * thai
+        units += text_tokens._THAI_EXTRA_UNITS * thai
     return max(1, math.ceil(units / 32))
 
 
