@@ -86,7 +86,7 @@ def shape(o: object) -> str:
     return ""
 
 
-def commonest_shapes(objects: Iterable[object], name: str, most: int = 2) -> str:
+def commonest_shapes(objects: Iterable[object], name: str, most: int = 3) -> str:
     """The ``most`` commonest shapes of the objects of type ``name``, with their shares."""
     shapes = Counter(shape(o) for o in objects if type_name(o) == name)
     total = shapes.total()
