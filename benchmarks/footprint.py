@@ -4,34 +4,15 @@ allocator's work on top of the caller's own messages (issue 21).
     uv run --frozen python -m benchmarks.footprint [--sizes 1000,4000,16000]
     uv run --frozen python -m benchmarks.footprint --history FILE.json [--json]
 
-Each history size (``benchmarks.histories``) is measured in a fresh interpreter, as a host
-would hold it: the module imported (amplifier-core with it), the history read from a JSON
-file and decoded (``run`` writes it; the benchmark's generator and its caches are not in
-that process), nothing frozen, and the module's one-off lazy state (first-use tables)
-built beforehand on the first 200 messages and dropped. Figures:
-
-- **tracked objects**: ``len(gc.get_objects())`` after ``gc.collect()`` before the
-  history is decoded, with the caller's messages alone, and once a manager holds them
-  (``set_messages``) and has served one compacting request (the view dropped). The
-  module's addition per message = (loaded - alone) / messages;
-- **peak**: tracemalloc's peak over ``set_messages`` on a fresh manager plus one
-  compacting request (tracing started just before, so the caller's messages are not
-  counted; the view is, alive at the peak), over ``len(json.dumps(history))``;
-- **full collection**: ``gc.collect()`` timed (the fastest of ``COLLECTS``: the work is
-  the same each time, the machine's other load only adds to it), the whole process:
-  before the history, with the caller's messages alone (before the managers exist and
-  again once they are dropped, at the end), and with the loaded manager beside them;
-- **resume**: a fresh manager's ``set_messages`` alone and ``set_messages`` + its first
-  request (compacting), from the same samples (median of ``RESUMES``);
-- **event-loop lag**: the longest gap a 1 ms ticker (``benchmarks.load``'s) sees while 1
-  or 10 sessions compact on its loop for ``DURATION`` seconds: each session goes back to
-  its freshly loaded state and makes one compacting request, again and again. Default
-  collector (enabled, nothing frozen) and ``gc.freeze()`` once loaded. The 10 sessions
-  each hold their own manager, loaded with ``set_messages`` of the same caller's list
-  (the caller's dicts shared: one history's worth of them, ten of the module's state).
-
-A compacting request: ``get_messages_for_request`` with a budget of half the history's
-estimated tokens (the size table's first compaction).
+Each history size (``benchmarks.histories``) is measured in a fresh interpreter that holds
+what a host would (``run`` starts one per size): the module imported, the history's JSON
+read from a file and decoded, nothing frozen. Measured there (``measure``): the tracked
+objects the module adds per message, tracemalloc's peak over ``set_messages`` plus one
+compacting request, full-collection times with and without the loaded manager, resume
+(``set_messages`` alone and with its first request), and the longest gap of a 1 ms
+ticker while 1 or 10 sessions compact on its loop, with the default collector and with
+everything frozen once loaded. ``LEGEND`` (printed under the table) says exactly what
+each figure is; ``rows`` and ``targets`` are the ``make bench`` section and its verdicts.
 """
 
 from __future__ import annotations
