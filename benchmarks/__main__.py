@@ -2,10 +2,12 @@
 
     uv run --frozen python -m benchmarks [--cases N] [--strict]
 
-One table, six sections: per-history-size timings and memory, beside a MODEL of part
+One table, seven sections: per-history-size timings and memory, beside a MODEL of part
 of the old module's per-request work (``benchmarks.timing``: its estimator and copy, not
 the old module itself, so the ratios to it are lower bounds), many sessions on one event
-loop (``benchmarks.load``), provider counts per negotiated request with and without count
+loop (``benchmarks.load``), a loaded session's footprint (tracked objects, peak memory,
+collector passes and event-loop gaps, each size in a fresh process: ``benchmarks.footprint``),
+provider counts per negotiated request with and without count
 skipping on generated and on real conversations (``benchmarks.negotiation``
 with the independent counter of ``benchmarks.provider``), the estimator's ratio to
 o200k_base per content class on the synthetic corpus (``benchmarks.calibrate``) and on
@@ -32,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from benchmarks import calibrate, economics, negotiation, real, timing
+from benchmarks import calibrate, economics, footprint, negotiation, real, timing
 from benchmarks import load as load_bench
 from benchmarks.timing import SizeResult
 
@@ -690,6 +692,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     loaded = load_bench.run()
     phases.append(("load", time.perf_counter() - t))
     t = time.perf_counter()
+    footprints = footprint.run()
+    phases.append(("footprint", time.perf_counter() - t))
+    t = time.perf_counter()
     conversations = real.conversations()
     summary = negotiation.run(args.cases)
     real_summary = negotiation.run_real(conversations)
@@ -707,6 +712,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     targets = [
         *size_targets(results),
         *(Target(*target) for target in load_bench.targets(loaded)),
+        *(Target(*target) for target in footprint.targets(footprints)),
         *negotiation_targets(summary),
         *negotiation_targets(real_summary),
         *landing_targets(landing),
@@ -730,6 +736,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ],
         load_bench.rows(loaded, load_bench.SIZES),
     )
+    table.section([footprint.HEADER, *(f"{r.n:,}" for r in footprints)], footprint.rows(footprints))
     table.section(
         ["negotiated requests (provider counts)", "count skipping (default)", "count_every_rung"],
         negotiation_rows(summary) + negotiation_rows(real_summary),
@@ -780,6 +787,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print()
     print(LEGEND)
+    print(footprint.LEGEND)
     for negotiated in (summary, real_summary):
         for count, first in negotiated.warnings:
             print(
