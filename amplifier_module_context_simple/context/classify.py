@@ -70,6 +70,22 @@ _make_info: Final = partial(tuple.__new__, MessageInfo)
 """``MessageInfo`` from all its fields in order: without ``__new__``'s keyword binding."""
 
 
+def without_ids(info: MessageInfo) -> MessageInfo:
+    """``info`` with no call or result ids: what a kind of message shares."""
+    if not info.call_ids and not info.result_ids:
+        return info
+    return _make_info((*info[:9], (), (), info.is_result_carrier))
+
+
+def with_ids(
+    kind: MessageInfo, call_ids: tuple[str, ...], result_ids: tuple[str, ...]
+) -> MessageInfo:
+    """The ``MessageInfo`` of kind ``kind`` (``without_ids``) carrying these ids."""
+    if not call_ids and not result_ids:
+        return kind
+    return _make_info((*kind[:9], call_ids, result_ids, kind.is_result_carrier))
+
+
 def metadata_of(message: Mapping[str, Any]) -> Mapping[str, Any]:
     metadata = message.get("metadata")
     return metadata if metadata is not None and is_mapping(metadata) else _NO_METADATA

@@ -108,6 +108,7 @@ class Compactor:
     ) -> Steps[Ladder]:
         """A ``Ladder`` over the working view of ``plan`` under ``decisions``, as steps."""
         entries = history.entries
+        kinds, publics, all_tokens = entries.kind_infos, entries.public, entries.tokens
         protected = plan.protected | extra_protected
         overrides = decisions.overrides
         items: list[Item] = []
@@ -132,13 +133,14 @@ class Compactor:
                     owner.tokens += synthesized.tokens
                     owner.synthesized = len(synthesized.call_ids)
                 continue
-            entry = entries[position_item]
-            if entry.info.is_system:
-                if plan.factory_text is None or entry.info.is_hook_system:
-                    system_tokens += entry.tokens
+            seq = position_item
+            kind = kinds[seq]
+            if kind.is_system:
+                if plan.factory_text is None or kind.is_hook_system:
+                    system_tokens += all_tokens[seq]
                 continue
-            seq = entry.seq
-            message, tokens = entry.public, entry.tokens
+            info = entries.info(seq)
+            message, tokens = publics[seq], all_tokens[seq]
             form: FormName = "full"
             override: Form | None = None
             if seq not in plan.protected and seq in overrides:
@@ -149,9 +151,9 @@ class Compactor:
                 form = "truncated" if seq in decisions.truncated else "stubbed"
             assert message is not None
             group = history.group_of(seq)
-            item = Item(seq, entry.info, message, tokens, group, form, reduced=override)
+            item = Item(seq, info, message, tokens, group, form, reduced=override)
             items.append(item)
-            if entry.info.call_ids:
+            if info.call_ids:
                 calls[seq] = item
         # A group is complete only if its results are inside the request's snapshot: a
         # result admitted after it (a negotiation awaits between plan and ladder) is not in
@@ -180,18 +182,22 @@ class Compactor:
         key = (epoch, item.seq, kind, self._config().truncate_chars)
         forms = self._forms
         if key not in forms:
-            entry = history.entries[item.seq]
-            assert entry.public is not None
-            forms[key] = truncated_form(entry.public, entry.tokens, key[3], protected=protected)
+            entries = history.entries
+            public = entries.public[item.seq]
+            assert public is not None
+            forms[key] = truncated_form(
+                public, entries.tokens[item.seq], key[3], protected=protected
+            )
         return forms[key]
 
     def _stubbed(self, history: History, epoch: int, item: Item) -> Form | None:
         key = (epoch, item.seq, "stubbed", 0)
         forms = self._forms
         if key not in forms:
-            entry = history.entries[item.seq]
-            assert entry.public is not None
-            forms[key] = stubbed_form(entry.public, entry.tokens)
+            entries = history.entries
+            public = entries.public[item.seq]
+            assert public is not None
+            forms[key] = stubbed_form(public, entries.tokens[item.seq])
         return forms[key]
 
     def target(self, plan: RequestPlan) -> int:

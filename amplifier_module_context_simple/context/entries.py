@@ -10,15 +10,16 @@ later turn left unanswered; ``History.order`` stands for them by ``synthesized_m
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from itertools import compress, count
-from operator import attrgetter, ne
+from operator import ne
 from typing import Any, Final, NamedTuple
 
-from .classify import PUBLIC_METADATA_KEYS, MessageInfo
+from .classify import PUBLIC_METADATA_KEYS, MessageInfo, with_ids, without_ids
 from .formats import is_mapping, results_first
 
 __all__ = (
@@ -27,6 +28,7 @@ __all__ = (
     "SEQ_KEY",
     "SKIP",
     "SYSTEM",
+    "Entries",
     "Entry",
     "EntryKind",
     "Synthesized",
@@ -84,19 +86,21 @@ def stored_form(entry: Entry) -> dict[str, Any]:
     A plain function, mapped over the history by ``get_messages`` and by ``History.starts``
     (a property costs one more call per message).
     """
-    given = entry.given
+    return _stored(entry.seq, entry.given, entry.timestamp)
+
+
+def _stored(seq: int, given: dict[str, Any], timestamp: str | None) -> dict[str, Any]:
     given_metadata = given.get("metadata")
-    timestamp = entry.timestamp
     # Keys in the order the message had them, then the stamped timestamp, then _seq.
     if given_metadata:
         metadata = dict(given_metadata)
         if timestamp is not None:
             metadata["timestamp"] = timestamp
-        metadata[SEQ_KEY] = entry.seq
+        metadata[SEQ_KEY] = seq
     elif timestamp is None:
-        metadata = {SEQ_KEY: entry.seq}
+        metadata = {SEQ_KEY: seq}
     else:
-        metadata = {"timestamp": timestamp, SEQ_KEY: entry.seq}
+        metadata = {"timestamp": timestamp, SEQ_KEY: seq}
     stored = given.copy()
     stored["metadata"] = metadata
     return stored
@@ -104,6 +108,102 @@ def stored_form(entry: Entry) -> dict[str, Any]:
 
 make_entry: Final = partial(tuple.__new__, Entry)
 """``Entry`` from all its fields in order: without ``__new__``'s argument binding."""
+
+
+class Entries:
+    """The admitted entries, held as columns: one slot per message in each.
+
+    A history of many thousands of messages is long-lived, so what it holds per message is
+    what the interpreter's collector walks on every full collection. As columns, the
+    entries add no collector-tracked object of their own per message: the per-message
+    values are the caller's message as given (the store's own copy of its top level), the
+    public form (the same dict when the two are equal), the message's kind (a
+    ``MessageInfo`` without ids, shared by every message of that kind), its call and result
+    ids (tuples of strings, which the collector stops tracking), and untracked numbers,
+    strings and flags. An ``Entry`` (and a message's whole ``MessageInfo``) is built on
+    access; the hot paths (rendering, the ladder, the extension check) read the columns.
+    """
+
+    __slots__ = (
+        "_shared",
+        "call_ids",
+        "given",
+        "has_metadata",
+        "kind_infos",
+        "kinds",
+        "public",
+        "result_ids",
+        "timestamps",
+        "tokens",
+    )
+
+    def __init__(self) -> None:
+        self.given: list[dict[str, Any]] = []
+        self.timestamps: list[str | None] = []
+        self.public: list[dict[str, Any] | None] = []
+        self.kind_infos: list[MessageInfo] = []
+        """Each message's ``MessageInfo`` without ids (``without_ids``), shared."""
+        self.call_ids: list[tuple[str, ...]] = []
+        self.result_ids: list[tuple[str, ...]] = []
+        self._shared: dict[MessageInfo, MessageInfo] = {}
+        self.tokens = array("q")
+        self.kinds = bytearray()
+        """``EntryKind`` values."""
+        self.has_metadata = bytearray()
+
+    def __len__(self) -> int:
+        return len(self.given)
+
+    def entry(self, seq: int) -> Entry:
+        """The entry of ``seq`` (a new ``Entry``; the columns are the record)."""
+        return make_entry(
+            (
+                seq,
+                self.given[seq],
+                self.timestamps[seq],
+                self.public[seq],
+                self.info(seq),
+                self.tokens[seq],
+                _KINDS[self.kinds[seq]],
+                bool(self.has_metadata[seq]),
+            )
+        )
+
+    def __getitem__(self, index: int) -> Entry:
+        if index < 0:
+            index += len(self.given)
+        if not 0 <= index < len(self.given):
+            raise IndexError("entry index out of range")
+        return self.entry(index)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return map(self.entry, range(len(self.given)))
+
+    def span(self, start: int, end: int) -> list[Entry]:
+        """The entries of seqs ``start`` to ``end`` (exclusive)."""
+        return list(map(self.entry, range(start, min(end, len(self.given)))))
+
+    def append(self, entry: Entry) -> None:
+        """Record ``entry`` (its seq is the next index)."""
+        self.given.append(entry.given)
+        self.timestamps.append(entry.timestamp)
+        self.public.append(entry.public)
+        info = entry.info
+        kind = without_ids(info)
+        self.kind_infos.append(self._shared.setdefault(kind, kind))
+        self.call_ids.append(info.call_ids)
+        self.result_ids.append(info.result_ids)
+        self.tokens.append(entry.tokens)
+        self.kinds.append(entry.kind)
+        self.has_metadata.append(entry.has_metadata)
+
+    def info(self, seq: int) -> MessageInfo:
+        """The ``MessageInfo`` of ``seq`` (new when it carries ids)."""
+        return with_ids(self.kind_infos[seq], self.call_ids[seq], self.result_ids[seq])
+
+    def stored(self, seq: int) -> dict[str, Any]:
+        """The message of ``seq`` as ``get_messages`` returns it (see ``stored_form``)."""
+        return _stored(seq, self.given[seq], self.timestamps[seq])
 
 
 class EntryKind(enum.IntEnum):
@@ -120,6 +220,7 @@ class EntryKind(enum.IntEnum):
 
 
 SKIP, BODY, SYSTEM, HOOK_SYSTEM = EntryKind
+_KINDS: Final = tuple(EntryKind)
 
 
 def utc_timestamp() -> str:
@@ -224,21 +325,19 @@ def marker_owner(item: int) -> int:
     return -item - 1
 
 
-GIVEN: Final = attrgetter("given")
-STORED: Final = stored_form
 _BOOKKEEPING: Final = frozenset({SEQ_KEY, "timestamp"})
 
 
 def first_difference(
-    entries: list[Entry],
+    forms: Iterator[Mapping[str, Any]] | Sequence[Mapping[str, Any]],
     messages: Sequence[object],
     start: int,
     end: int,
-    form: Callable[[Entry], Mapping[str, Any]],
 ) -> int:
-    """The first index from ``start`` whose message is not ``==`` to ``form`` of its
-    entry, or ``end`` (the loop runs in C: ``map``, ``compress``, dict equality)."""
-    differs = map(ne, map(form, entries[start:end]), messages[start:end])
+    """The first index from ``start`` whose message is not ``==`` to its entry's form in
+    ``forms`` (the forms of seqs ``start`` to ``end``), or ``end`` (the loop runs in C:
+    ``map``, ``compress``, dict equality)."""
+    differs = map(ne, forms, messages[start:end])
     return next(compress(count(start), differs), end)
 
 

@@ -47,11 +47,9 @@ from ..errors import InvalidMessageError
 from .classify import MessageInfo, classify, metadata_of
 from .entries import (
     BODY,
-    GIVEN,
     HOOK_SYSTEM,
     SEQ_KEY,
     SKIP,
-    STORED,
     SYSTEM,
     Entry,
     EntryKind,
@@ -245,14 +243,15 @@ class History(HistoryIndexes):
         index = 0
         while index < end:
             if fast:
-                index = first_difference(entries, messages, index, end, GIVEN)
+                index = first_difference(entries.given[index:end], messages, index, end)
                 if index < end:
-                    index = first_difference(entries, messages, index, end, STORED)
+                    stored = map(entries.stored, range(index, end))
+                    index = first_difference(stored, messages, index, end)
                 if index == end:
                     return True
             message = validate_message(messages[index], index)
             capped = cap_tool_result(message, max_tool_result_bytes)[0]
-            if as_seen(entries[index].given) != as_seen(capped):
+            if as_seen(entries.given[index]) != as_seen(capped):
                 return False
             index += 1
         return True
@@ -292,6 +291,8 @@ class History(HistoryIndexes):
         for call_id in in_place:
             del run.pending[call_id]
             unanswered.discard(call_id)
+        if not unanswered:  # (an empty set per answered call message would only cost)
+            del self.unanswered[run.owner]
         # link to the call's group: ``seq`` is new (its own group) and later than the call
         self._parent[seq] = self.group_of(run.owner)
         if info.is_result_carrier:
@@ -323,12 +324,12 @@ class History(HistoryIndexes):
         if not run.pending:
             self._release(run, closing)
             return
-        owner = self.entries[run.owner]
-        assert owner.public is not None
+        owner_public = self.entries.public[run.owner]
+        assert owner_public is not None
         renames = run.renames
         ids = tuple(renames.get(call_id, call_id) for call_id in run.pending)
         stored = {renames[call_id]: call_id for call_id in run.pending if call_id in renames}
-        messages = tuple(synthesized_results(owner.public, ids, stored))
+        messages = tuple(synthesized_results(owner_public, ids, stored))
         message_tokens = tuple(estimate_message(m) for m in messages)
         tokens = sum(message_tokens)
         self.synthesized[run.owner] = Synthesized(

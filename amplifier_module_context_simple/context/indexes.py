@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .entries import Entry, Synthesized, marker_owner
+from .entries import Entries, Synthesized, marker_owner
 
 __all__ = ("HistoryIndexes", "Run")
 
@@ -38,7 +38,7 @@ class Run:
 class HistoryIndexes:
     """Admitted entries, the tool-group links between them and their display order."""
 
-    entries: list[Entry] = field(default_factory=list)
+    entries: Entries = field(default_factory=Entries)
     next_seq: int = 0
     # union-find over seqs: messages linked through tool ids form one group
     _parent: dict[int, int] = field(default_factory=dict)
@@ -105,10 +105,9 @@ class HistoryIndexes:
             and ids
             and (seq not in self.synthesized or self.synthesized[seq].closed_at >= length)
         }
+        calls, results = self.entries.call_ids, self.entries.result_ids
         open_groups.update(
-            self.group_of(entry.seq)
-            for entry in self.entries[length:]
-            if entry.info.result_ids or entry.info.call_ids
+            self.group_of(seq) for seq in range(length, len(calls)) if results[seq] or calls[seq]
         )
         return frozenset(open_groups)
 

@@ -169,14 +169,11 @@ class RequestPolicy:
 
     def developer_seqs(self, plan: RequestPlan) -> Steps[frozenset[int]]:
         """Seqs of developer messages (protected on the negotiated path only), as steps."""
-        entries = plan.history.entries
+        kinds = plan.history.entries.kind_infos
         seqs: set[int] = set()
         for start in range(0, plan.length, 1024):
-            seqs.update(
-                e.seq
-                for e in entries[start : min(start + 1024, plan.length)]
-                if e.info.is_developer
-            )
+            end = min(start + 1024, plan.length)
+            seqs.update(seq for seq in range(start, end) if kinds[seq].is_developer)
             yield
         return frozenset(seqs)
 
@@ -186,9 +183,9 @@ class RequestPolicy:
         """Fail closed before compaction when required content alone cannot fit."""
         if not (plan.retained or plan.hard_fit):
             return
-        entries = plan.history.entries
+        tokens = plan.history.entries.tokens
         required = rendered.system_tokens + sum(
-            entries[seq].tokens for seq in plan.protected if seq < plan.length
+            tokens[seq] for seq in plan.protected if seq < plan.length
         )
         if required > plan.budget:
             raise RequiredContentTooLargeError(

@@ -220,6 +220,8 @@ class Renderer:
     ) -> Steps[None]:
         overrides = shown.decisions.overrides
         entries = history.entries
+        publics, kinds, all_tokens = entries.public, entries.kinds, entries.tokens
+        with_metadata = entries.has_metadata
         body = shown.body
         # Items past the last look are appended in seq order unless the order version
         # changed (then this is a rebuild from 0): a first item past ``length`` ends the
@@ -253,12 +255,11 @@ class Renderer:
                 shown.body_tokens += synthesized.tokens
                 shown.synthesized += len(synthesized.call_ids)
                 continue
-            entry = entries[item]
-            kind = entry.kind
+            kind = kinds[item]
             if kind == BODY:
-                form = entry.public
-                tokens = entry.tokens
-                has_metadata = entry.has_metadata
+                form = publics[item]
+                tokens = all_tokens[item]
+                has_metadata = with_metadata[item]
                 if item in overrides and item not in intact:
                     override = overrides[item]
                     if override is None:
@@ -271,9 +272,9 @@ class Renderer:
                 shown.body_tokens += tokens
                 shown.body_token_list.append(tokens)
             elif (kind == SYSTEM and not factory) or kind == HOOK_SYSTEM:
-                shown.systems.append(entry.public)  # type: ignore[arg-type]  # not SKIP: public
-                shown.system_tokens += entry.tokens
-                shown.system_token_list.append(entry.tokens)
+                shown.systems.append(publics[item])  # type: ignore[arg-type]  # not SKIP
+                shown.system_tokens += all_tokens[item]
+                shown.system_token_list.append(all_tokens[item])
         shown.position = position
         shown.length = length
 

@@ -39,7 +39,6 @@ from .decisions import Decisions
 from .history import (
     History,
     build_history,
-    stored_form,
     validate_message,
 )
 from .ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip, cap_tool_result
@@ -190,7 +189,8 @@ class ContextStore:
     @property
     def messages(self) -> list[dict[str, Any]]:
         """The canonical history (copies), for callers that read the attribute."""
-        return list(map(stored_form, self._history.entries))
+        entries = self._history.entries
+        return list(map(entries.stored, range(len(entries))))
 
     @property
     def version(self) -> tuple[int, int]:
@@ -212,7 +212,7 @@ class ContextStore:
         stats = self.last_compaction_stats
         meter_stats = self._last_token_meter_stats
         return ObservableState(
-            history=tuple(freeze(entry.stored) for entry in history.entries),
+            history=tuple(map(freeze, map(history.entries.stored, range(len(history))))),
             order=tuple(history.order),
             held=history.held,
             released=freeze(history.released_at),
@@ -308,7 +308,7 @@ class ContextStore:
         history = self._history
         # Validated as compared: an unrelated list stops at its first message and
         # build_history validates it once, whole.
-        if not history.entries or not history.starts(messages, cap):
+        if not len(history) or not history.starts(messages, cap):
             return None
         extension = messages[len(history) :]
         for index, message in enumerate(extension, start=len(history)):

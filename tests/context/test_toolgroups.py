@@ -339,7 +339,7 @@ def test_history_links_groups_and_tracks_unanswered_calls() -> None:
     assert history.group_of(4) == history.group_of(3) == 3
     assert history.group_of(5) == 5 and entries[5].public is None
     assert history.group_of(6) == 6 and entries[6].public is None
-    assert history.unanswered == {1: {"o1"}, 3: set()}
+    assert history.unanswered == {1: {"o1"}}  # 3 is answered: it has no entry
     assert list(history.synthesized) == [1]
     assert history.synthesized[1].call_ids == ("o1",) and history.synthesized[1].closed_at == 3
     assert history.order == [0, 1, 2, synthesized_marker(1), 3, 4]
