@@ -1,18 +1,18 @@
 """Running the ladder for a request, and what that remembers between requests.
 
 ``Compactor`` builds a ``Ladder`` over a request's working view, runs it for ordinary,
-retaining and hard-fit requests, and keeps two things between requests: the reduced
-forms it has computed (a cache by sequence id; entries never change) and the mark of a
-reported protected floor (the storm guard). It never touches the committed decisions: it
-returns staged ones, and the store commits them at its commit boundary.
+retaining and hard-fit requests, and keeps one thing between requests: the mark of a
+reported protected floor (the storm guard). The reduced forms a ladder computes live with
+that ladder; the decisions a commit keeps hold the forms they use. It never touches the
+committed decisions: it returns staged ones, and the store commits them at its commit
+boundary.
 
 Its work grows with the history, so it is written as generators of steps (``slices.py``):
 ``laddering``, ``compacting``, ``reducing_floor`` and ``stating`` pause as they go (every
 ``STRIDE`` items of a long loop); the store runs them paced (``Pacer.run``) or, for a plan
 that may not pause, through (``run_through``). A paused run reads only its request's snapshot
-(the history object and decisions of the plan); the forms it caches are keyed by the
-history's epoch, so a run whose history was replaced meanwhile cannot poison the cache of
-the new one.
+(the history object and decisions of the plan), and its forms are its own, so a run
+whose history was replaced meanwhile shares nothing with the new one.
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ __all__ = (
 
 
 logger = logging.getLogger(__name__)
+
+_Forms = dict[tuple[int, str, int], Form | None]
+"""A ladder's reduced forms by (seq, kind, truncate_chars)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,15 +89,12 @@ class Compactor:
 
     def __init__(self, config: Callable[[], ContextConfig]) -> None:
         self._config = config
-        self._forms: dict[tuple[int, int, str, int], Form | None] = {}
-        """Reduced forms by (epoch, seq, kind, truncate_chars)."""
         self._minimal_notice: int | None = None
         self.floor: FloorMark | None = None
         """The mark of the last reported protected floor, or None."""
 
     def reset(self) -> None:
         """Forget everything (the history was replaced or cleared)."""
-        self._forms = {}
         self.floor = None
 
     def laddering(
@@ -162,7 +162,11 @@ class Compactor:
         incomplete = history.pending_groups(plan.length)
         yield
         config = self._config()
-        epoch = plan.epoch
+        # The reduced forms this ladder computes, each once. They live as long as the
+        # ladder: the decisions a commit keeps hold the forms they use, and a form kept
+        # for a message a later rung removed would only cost memory (and the collector's
+        # time) for the life of the session.
+        forms: _Forms = {}
         return Ladder(
             items=items,
             total=system_tokens + sum(item.tokens for item in items),
@@ -170,29 +174,27 @@ class Compactor:
             protected=protected,
             incomplete_groups=incomplete,
             params=LadderParams(config.protected_recent, config.protected_tool_results),
-            truncate=lambda item: self._truncated(history, epoch, item),
-            stub=lambda item: self._stubbed(history, epoch, item),
-            truncate_protected=lambda item: self._truncated(history, epoch, item, protected=True),
+            truncate=lambda item: self._truncated(history, forms, item),
+            stub=lambda item: self._stubbed(history, forms, item),
+            truncate_protected=lambda item: self._truncated(history, forms, item, protected=True),
         )
 
     def _truncated(
-        self, history: History, epoch: int, item: Item, *, protected: bool = False
+        self, history: History, forms: _Forms, item: Item, *, protected: bool = False
     ) -> Form | None:
         kind = "protected" if protected else "truncated"
-        key = (epoch, item.seq, kind, self._config().truncate_chars)
-        forms = self._forms
+        key = (item.seq, kind, self._config().truncate_chars)
         if key not in forms:
             entries = history.entries
             public = entries.public[item.seq]
             assert public is not None
             forms[key] = truncated_form(
-                public, entries.tokens[item.seq], key[3], protected=protected
+                public, entries.tokens[item.seq], key[2], protected=protected
             )
         return forms[key]
 
-    def _stubbed(self, history: History, epoch: int, item: Item) -> Form | None:
-        key = (epoch, item.seq, "stubbed", 0)
-        forms = self._forms
+    def _stubbed(self, history: History, forms: _Forms, item: Item) -> Form | None:
+        key = (item.seq, "stubbed", 0)
         if key not in forms:
             entries = history.entries
             public = entries.public[item.seq]

@@ -185,12 +185,13 @@ class Entries:
 
     def append(self, entry: Entry) -> None:
         """Record ``entry`` (its seq is the next index)."""
+        info = entry.info
+        kind = without_ids(info)
+        kind = self._shared.setdefault(kind, kind)  # (the one step that can fail: first)
         self.given.append(entry.given)
         self.timestamps.append(entry.timestamp)
         self.public.append(entry.public)
-        info = entry.info
-        kind = without_ids(info)
-        self.kind_infos.append(self._shared.setdefault(kind, kind))
+        self.kind_infos.append(kind)
         self.call_ids.append(info.call_ids)
         self.result_ids.append(info.result_ids)
         self.tokens.append(entry.tokens)
