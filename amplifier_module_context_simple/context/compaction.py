@@ -46,8 +46,8 @@ __all__ = (
 
 logger = logging.getLogger(__name__)
 
-_Forms = dict[tuple[int, str, int], Form | None]
-"""A ladder's reduced forms by (seq, kind, truncate_chars)."""
+_Forms = set[tuple[int, str, int]]
+"""The reductions a ladder found would not shrink their message: (seq, kind, chars)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +162,12 @@ class Compactor:
         incomplete = history.pending_groups(plan.length)
         yield
         config = self._config()
-        # The reduced forms this ladder computes, each once. They live as long as the
-        # ladder: the decisions a commit keeps hold the forms they use, and a form kept
-        # for a message a later rung removed would only cost memory (and the collector's
-        # time) for the life of the session.
-        forms: _Forms = {}
+        # A form lives in the item it reduced, and goes with it when a later rung removes
+        # the item: nothing else keeps one (the decisions a commit keeps hold the forms they
+        # use; a session-long cache held thousands for messages long removed). What this
+        # ladder remembers is which reductions gave nothing, so a later pass over the same
+        # item does not compute them again.
+        forms: _Forms = set()
         return Ladder(
             items=items,
             total=system_tokens + sum(item.tokens for item in items),
@@ -183,24 +184,29 @@ class Compactor:
         self, history: History, forms: _Forms, item: Item, *, protected: bool = False
     ) -> Form | None:
         kind = "protected" if protected else "truncated"
-        key = (item.seq, kind, self._config().truncate_chars)
-        if key not in forms:
-            entries = history.entries
-            public = entries.public[item.seq]
-            assert public is not None
-            forms[key] = truncated_form(
-                public, entries.tokens[item.seq], key[2], protected=protected
-            )
-        return forms[key]
+        chars = self._config().truncate_chars
+        key = (item.seq, kind, chars)
+        if key in forms:
+            return None
+        entries = history.entries
+        public = entries.public[item.seq]
+        assert public is not None
+        form = truncated_form(public, entries.tokens[item.seq], chars, protected=protected)
+        if form is None:
+            forms.add(key)
+        return form
 
     def _stubbed(self, history: History, forms: _Forms, item: Item) -> Form | None:
         key = (item.seq, "stubbed", 0)
-        if key not in forms:
-            entries = history.entries
-            public = entries.public[item.seq]
-            assert public is not None
-            forms[key] = stubbed_form(public, entries.tokens[item.seq])
-        return forms[key]
+        if key in forms:
+            return None
+        entries = history.entries
+        public = entries.public[item.seq]
+        assert public is not None
+        form = stubbed_form(public, entries.tokens[item.seq])
+        if form is None:
+            forms.add(key)
+        return form
 
     def target(self, plan: RequestPlan) -> int:
         """The target of an ordinary request: the whole budget for hard fit."""
