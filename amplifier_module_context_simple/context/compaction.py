@@ -78,8 +78,8 @@ def omitting_calls(history: History, decisions: Decisions) -> Steps[tuple[str, .
     for index, seq in enumerate(sorted(owners)):
         if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
             yield
-        public = entries[seq].public
-        if public is not None and entries[seq].info.call_ids:
+        public = entries.public[seq]
+        if public is not None and entries.call_ids[seq]:
             facts.extend(call_facts(public))
     return tuple(dict.fromkeys(facts))[-MAX_OMITTED_CALLS:]
 
@@ -109,6 +109,7 @@ class Compactor:
         """A ``Ladder`` over the working view of ``plan`` under ``decisions``, as steps."""
         entries = history.entries
         kinds, publics, all_tokens = entries.kind_infos, entries.public, entries.tokens
+        call_ids, result_ids = entries.call_ids, entries.result_ids
         protected = plan.protected | extra_protected
         overrides = decisions.overrides
         items: list[Item] = []
@@ -139,7 +140,8 @@ class Compactor:
                 if plan.factory_text is None or kind.is_hook_system:
                     system_tokens += all_tokens[seq]
                 continue
-            info = entries.info(seq)
+            info = kind
+            has_calls, has_results = bool(call_ids[seq]), bool(result_ids[seq])
             message, tokens = publics[seq], all_tokens[seq]
             form: FormName = "full"
             override: Form | None = None
@@ -151,9 +153,19 @@ class Compactor:
                 form = "truncated" if seq in decisions.truncated else "stubbed"
             assert message is not None
             group = history.group_of(seq)
-            item = Item(seq, info, message, tokens, group, form, reduced=override)
+            item = Item(
+                seq,
+                info,
+                message,
+                tokens,
+                group,
+                form,
+                reduced=override,
+                has_calls=has_calls,
+                has_results=has_results,
+            )
             items.append(item)
-            if info.call_ids:
+            if has_calls:
                 calls[seq] = item
         # A group is complete only if its results are inside the request's snapshot: a
         # result admitted after it (a negotiation awaits between plan and ladder) is not in

@@ -75,6 +75,7 @@ class Item:
 
     seq: int
     info: MessageInfo
+    """What kind of message it is (its tool ids may be left out: see ``has_calls``)."""
     message: dict[str, Any]
     tokens: int
     group: int
@@ -82,8 +83,12 @@ class Item:
     synthesized: int = 0
     """Synthesized results shown with this call message (counted in ``tokens``)."""
     reduced: Form | None = None
-    """The ``(message, tokens)`` pair of the reduced form shown (shared with the forms
-    cache and the decisions, so that merging allocates nothing per message)."""
+    """The ``(message, tokens)`` pair of the reduced form shown (shared with the
+    decisions, so that merging allocates nothing per message)."""
+    has_calls: bool = False
+    """The message declares tool calls (the ladder needs no more of its ids)."""
+    has_results: bool = False
+    """The message answers tool calls."""
 
 
 @dataclass(slots=True)
@@ -280,8 +285,8 @@ class Ladder:
                 break
             if item.seq in doomed or not self._is_user_turn(item) or self._untouchable(item):
                 continue
-            members = groups.get(item.group, [item]) if item.info.result_ids else [item]
-            if item.info.result_ids and item.group in self.incomplete_groups:
+            members = groups.get(item.group, [item]) if item.has_results else [item]
+            if item.has_results and item.group in self.incomplete_groups:
                 continue
             if any(self._untouchable(m) for m in members if m is not item):
                 continue
@@ -324,7 +329,7 @@ class Ladder:
                 break
             if item.seq in doomed or self._untouchable(item) or self._is_user_turn(item):
                 continue
-            if item.info.call_ids or item.info.result_ids:
+            if item.has_calls or item.has_results:
                 members = groups.get(item.group, [item])
                 if item.group in self.incomplete_groups or any(
                     self._untouchable(m) for m in members
@@ -430,7 +435,7 @@ class Ladder:
         for index, item in enumerate(self.items):
             if index % _CHUNK == _CHUNK - 1:
                 yield
-            if item.info.call_ids or item.info.result_ids:
+            if item.has_calls or item.has_results:
                 groups.setdefault(item.group, []).append(item)
         return groups
 
@@ -461,8 +466,7 @@ class Ladder:
             item = scope.items[index]
             if item.seq in keep or item.seq in removed or self._is_user_turn(item):
                 continue  # user turns are stubbed, never removed by a pass
-            info = item.info
-            if info.call_ids or info.result_ids:
+            if item.has_calls or item.has_results:
                 members = groups.get(item.group, [item])
                 if (
                     item.group in self.incomplete_groups

@@ -500,7 +500,15 @@ def ladder_of(
     for message in messages:
         history.admit(message, max_tool_result_bytes=131_072, stamp_time=False)
     items = [
-        Item(e.seq, e.info, e.public, e.tokens, history.group_of(e.seq))
+        Item(
+            e.seq,
+            e.info,
+            e.public,
+            e.tokens,
+            history.group_of(e.seq),
+            has_calls=bool(e.info.call_ids),
+            has_results=bool(e.info.result_ids),
+        )
         for e in history.entries
         if e.public is not None and not e.info.is_system
     ]

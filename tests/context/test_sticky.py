@@ -314,7 +314,7 @@ def test_removal_supersedes_reduced_forms() -> None:
     )
     info = classify(message)
     ladder = Ladder(
-        items=[Item(3, info, reduced[0], 1, 3, "truncated")],
+        items=[Item(3, info, reduced[0], 1, 3, "truncated", has_results=True)],
         total=0,
         target=0,
         protected=frozenset(),
