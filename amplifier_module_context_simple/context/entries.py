@@ -53,7 +53,8 @@ SEQ_KEY = "_seq"
 class Entry(NamedTuple):
     """One admitted message and everything decided about it at admission.
 
-    A named tuple: immutable, and cheap to build (a session resume builds thousands).
+    A named tuple, cheap to build: admission builds one per message and ``Entries``
+    (which records it as columns) builds one on access.
     """
 
     seq: int
