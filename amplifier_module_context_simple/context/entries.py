@@ -180,10 +180,6 @@ class Entries:
     def __iter__(self) -> Iterator[Entry]:
         return map(self.entry, range(len(self.given)))
 
-    def span(self, start: int, end: int) -> list[Entry]:
-        """The entries of seqs ``start`` to ``end`` (exclusive)."""
-        return list(map(self.entry, range(start, min(end, len(self.given)))))
-
     def append(self, entry: Entry) -> None:
         """Record ``entry`` (its seq is the next index)."""
         info = entry.info
