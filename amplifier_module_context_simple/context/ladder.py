@@ -68,6 +68,10 @@ RUNG_COUNT: Final = 8
 _CHUNK: Final = 8 * STRIDE
 """Items a cheap whole-list pass (a filter, an index) handles between two pause points."""
 
+_DROPPED: Final[dict[str, Any]] = {}
+"""The message of a removed item: nothing shows it, and a scope that still lists it must
+not keep its reduced form alive (``Ladder._drop``)."""
+
 
 @dataclass(slots=True)
 class Item:
@@ -112,9 +116,14 @@ class _Scope:
     """Rung 8: how many of the oldest items its second half may drop stubs from."""
 
     def next_phase(self) -> None:
+        """Move on to the next phase, releasing what the finished one held (its items keep
+        their reduced forms alive: several megabytes of text at 16k messages)."""
         self.phase += 1
         self.prepared = False
         self.cursor = 0
+        self.items = []
+        self.groups = {}
+        self.keep = frozenset()
 
 
 _Phase = tuple[Callable[[_Scope], Steps[None]], Callable[[_Scope], Steps[bool]]]
@@ -415,7 +424,9 @@ class Ladder:
             if self.fits:
                 scope.cursor = index
                 return False
-            act(scope.items[index])
+            item = scope.items[index]
+            if item.message is not _DROPPED:  # removed since the scope was frozen
+                act(item)
         return True
 
     def _truncate_wave(self, scope: _Scope) -> Steps[bool]:
@@ -504,6 +515,7 @@ class Ladder:
             doomed.add(item.seq)
             self.edits += 1
             self.total -= item.tokens
+            item.message, item.reduced = _DROPPED, None
             self.removed.add(item.seq)
             # removal supersedes an earlier reduced form of the same message
             self.truncated.discard(item.seq)
