@@ -582,6 +582,23 @@ def test_removal_rungs_remove_whole_groups_outside_the_recent_window() -> None:
         assert partner in ladder.removed, "a group left the view in part"
 
 
+def test_a_removed_item_releases_its_reduced_form() -> None:
+    """A result truncated by rung 1 and then removed by a removal pass: nothing in the
+    ladder keeps its truncated form alive (the wave's scope still lists the item, and a
+    long session's removed forms were megabytes of text held to the end of the request)."""
+    ladder = ladder_of(eight_results(), protected_tool_results=1)
+    assert ladder.apply(1) and ladder.apply(2)
+    forms = {item.seq: item.reduced for item in ladder.items if item.form == "truncated"}
+    assert set(forms) == set(RESULT_SEQS[0:4])
+    for rung in (3, 5, 7):
+        ladder.apply(rung)
+    gone = set(forms) & ladder.removed
+    assert gone, "the removal passes must remove some truncated results"
+    for seq in gone:
+        holders = [r for r in gc.get_referrers(forms[seq]) if r is not forms]
+        assert holders == [], f"the removed seq {seq}'s form is still held"
+
+
 def test_removal_skips_incomplete_and_protected_groups() -> None:
     """A group with an unanswered call and a group holding a protected seq stay."""
     messages = [human("first"), calls("anthropic", ["a", "b"])]
