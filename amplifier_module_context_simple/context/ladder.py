@@ -116,14 +116,14 @@ class _Scope:
     """Rung 8: how many of the oldest items its second half may drop stubs from."""
 
     def next_phase(self) -> None:
-        """Move on to the next phase, releasing what the finished one held (its items keep
-        their reduced forms alive: several megabytes of text at 16k messages)."""
+        """Move on to the next phase, releasing the finished one's items and groups (its
+        items keep their reduced forms alive: several megabytes of text at 16k messages).
+        ``keep`` stays: rung 8's second phase reads the bounds its first phase froze."""
         self.phase += 1
         self.prepared = False
         self.cursor = 0
         self.items = []
         self.groups = {}
-        self.keep = frozenset()
 
 
 _Phase = tuple[Callable[[_Scope], Steps[None]], Callable[[_Scope], Steps[bool]]]
@@ -424,9 +424,7 @@ class Ladder:
             if self.fits:
                 scope.cursor = index
                 return False
-            item = scope.items[index]
-            if item.message is not _DROPPED:  # removed since the scope was frozen
-                act(item)
+            act(scope.items[index])
         return True
 
     def _truncate_wave(self, scope: _Scope) -> Steps[bool]:

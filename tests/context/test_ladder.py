@@ -633,6 +633,22 @@ def test_rung_eight_stubs_machine_turns_then_drops_old_stubs() -> None:
     assert all(classify(messages[s]).is_human is False for s in ladder.stubbed | ladder.removed)
 
 
+def test_rung_eight_never_drops_the_last_user_turn_stubbed_by_an_earlier_rung() -> None:
+    """The last user turn, a hook note a removal pass already stubbed, stays in the view:
+    rung 8's second half keeps the bounds its first half froze."""
+    note = {"source": "hook"}
+    messages = [
+        human("first human " + PROSE * 3),
+        {"role": "user", "content": "old hook note " + PROSE * 3, "metadata": note},
+        human("last human " + PROSE * 3),
+        {"role": "user", "content": "newest hook note " + PROSE * 3, "metadata": note},
+    ]
+    ladder = ladder_of(messages, protected_recent=0.0)
+    assert ladder.apply(3) and ladder.stubbed == {1, 3}
+    assert ladder.apply(8)
+    assert ladder.removed == {1}
+
+
 def test_unknown_rung_is_rejected() -> None:
     """Rungs are 1..8."""
     ladder = ladder_of(eight_results())
