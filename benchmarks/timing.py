@@ -198,9 +198,9 @@ async def compaction_lists(
         if ladder.fits:
             break
         if rung < RUNG_COUNT:  # levels 1-7: a wave baseline or a removal pass precompute
-            lists.append(systems + [item.message for item in ladder.items])
+            lists.append(systems + [item.message for item in ladder.view_items()])
         ladder.apply(rung)
-    lists.append(systems + [item.message for item in ladder.items])
+    lists.append(systems + [item.message for item in ladder.view_items()])
     return lists, ladder.level
 
 

@@ -31,7 +31,7 @@ from .facts import call_facts
 from .forms import stubbed_form, truncated_form
 from .history import History, marker_owner
 from .ingress import RETRIEVAL_GUIDANCE
-from .ladder import Form, FormName, Item, Ladder, LadderParams
+from .ladder import Form, FormName, Ladder, LadderParams, Rows
 from .notice import notice_message
 from .plan import RequestPlan
 from .render import Rendered
@@ -112,8 +112,8 @@ class Compactor:
         call_ids, result_ids = entries.call_ids, entries.result_ids
         protected = plan.protected | extra_protected
         overrides = decisions.overrides
-        items: list[Item] = []
-        calls: dict[int, Item] = {}  # call messages' items by seq (see the markers below)
+        rows = Rows()
+        calls: dict[int, int] = {}  # call messages' rows by seq (see the markers below)
         system_tokens = 0
         if plan.factory_text is not None:
             system_tokens += estimate_message({"role": "system", "content": plan.factory_text})
@@ -125,14 +125,13 @@ class Compactor:
             if history.position_seq(position_item) >= plan.length:
                 continue
             if position_item < 0:
-                # Synthesized results travel with their call: they count in its item (which
+                # Synthesized results travel with their call: they count in its row (which
                 # comes before them, its recorded results possibly in between), and the
                 # renderer shows them exactly when it shows the call.
                 synthesized = history.synthesized[marker_owner(position_item)]
                 owner = calls.get(synthesized.owner)
                 if owner is not None:
-                    owner.tokens += synthesized.tokens
-                    owner.synthesized = len(synthesized.call_ids)
+                    rows.add_synthesized(owner, synthesized.tokens, len(synthesized.call_ids))
                 continue
             seq = position_item
             kind = kinds[seq]
@@ -140,11 +139,9 @@ class Compactor:
                 if plan.factory_text is None or kind.is_hook_system:
                     system_tokens += all_tokens[seq]
                 continue
-            info = kind
-            has_calls, has_results = bool(call_ids[seq]), bool(result_ids[seq])
+            has_calls = bool(call_ids[seq])
             message, tokens = publics[seq], all_tokens[seq]
             form: FormName = "full"
-            override: Form | None = None
             if seq not in plan.protected and seq in overrides:
                 override = overrides[seq]
                 if override is None:
@@ -152,21 +149,18 @@ class Compactor:
                 message, tokens = override
                 form = "truncated" if seq in decisions.truncated else "stubbed"
             assert message is not None
-            group = history.group_of(seq)
-            item = Item(
+            row = rows.append(
                 seq,
-                info,
+                kind,
                 message,
                 tokens,
-                group,
+                history.group_of(seq),
                 form,
-                reduced=override,
                 has_calls=has_calls,
-                has_results=has_results,
+                has_results=bool(result_ids[seq]),
             )
-            items.append(item)
             if has_calls:
-                calls[seq] = item
+                calls[seq] = row
         # A group is complete only if its results are inside the request's snapshot: a
         # result admitted after it (a negotiation awaits between plan and ladder) is not in
         # this view, so its call must not be removed as if it were answered here. A call
@@ -174,48 +168,48 @@ class Compactor:
         incomplete = history.pending_groups(plan.length)
         yield
         config = self._config()
-        # A form lives in the item it reduced, and goes with it when a later rung removes
-        # the item: nothing else keeps one (the decisions a commit keeps hold the forms they
-        # use; a session-long cache held thousands for messages long removed). What this
-        # ladder remembers is which reductions gave nothing, so a later pass over the same
-        # item does not compute them again.
+        # A form lives in the ladder that made it while the message shows it, and goes when
+        # a later rung removes the message: nothing else keeps one (the decisions a commit
+        # keeps hold the forms they use; a session-long cache held thousands for messages
+        # long removed). What this ladder remembers is which reductions gave nothing, so a
+        # later pass over the same message does not compute them again.
         forms: _Forms = set()
         return Ladder(
-            items=items,
-            total=system_tokens + sum(item.tokens for item in items),
+            rows=rows,
+            total=system_tokens + sum(rows.tokens),
             target=target,
             protected=protected,
             incomplete_groups=incomplete,
             params=LadderParams(config.protected_recent, config.protected_tool_results),
-            truncate=lambda item: self._truncated(history, forms, item),
-            stub=lambda item: self._stubbed(history, forms, item),
-            truncate_protected=lambda item: self._truncated(history, forms, item, protected=True),
+            truncate=lambda seq: self._truncated(history, forms, seq),
+            stub=lambda seq: self._stubbed(history, forms, seq),
+            truncate_protected=lambda seq: self._truncated(history, forms, seq, protected=True),
         )
 
     def _truncated(
-        self, history: History, forms: _Forms, item: Item, *, protected: bool = False
+        self, history: History, forms: _Forms, seq: int, *, protected: bool = False
     ) -> Form | None:
         kind = "protected" if protected else "truncated"
         chars = self._config().truncate_chars
-        key = (item.seq, kind, chars)
+        key = (seq, kind, chars)
         if key in forms:
             return None
         entries = history.entries
-        public = entries.public[item.seq]
+        public = entries.public[seq]
         assert public is not None
-        form = truncated_form(public, entries.tokens[item.seq], chars, protected=protected)
+        form = truncated_form(public, entries.tokens[seq], chars, protected=protected)
         if form is None:
             forms.add(key)
         return form
 
-    def _stubbed(self, history: History, forms: _Forms, item: Item) -> Form | None:
-        key = (item.seq, "stubbed", 0)
+    def _stubbed(self, history: History, forms: _Forms, seq: int) -> Form | None:
+        key = (seq, "stubbed", 0)
         if key in forms:
             return None
         entries = history.entries
-        public = entries.public[item.seq]
+        public = entries.public[seq]
         assert public is not None
-        form = stubbed_form(public, entries.tokens[item.seq])
+        form = stubbed_form(public, entries.tokens[seq])
         if form is None:
             forms.add(key)
         return form
@@ -348,7 +342,7 @@ class Compactor:
             before_tokens=before.tokens,
             after_tokens=ladder.total,
             before_messages=len(before.messages),
-            after_messages=system_count + len(ladder.items),
+            after_messages=system_count + ladder.count,
             messages_removed=len(staged.removed),
             messages_truncated=len(staged.truncated),
             user_messages_stubbed=len(staged.stubbed),
@@ -360,7 +354,7 @@ class Compactor:
             protected_tool_results=config.protected_tool_results,
             floor_tokens=ladder.total if ladder.total > target else None,
             changes=ladder.changes,
-            results_synthesized=sum(item.synthesized for item in ladder.items),
+            results_synthesized=ladder.synthesized,
             protected_results_truncated=len(ladder.floor_truncated)
             + (previous.protected_results_truncated if previous is not None else 0),
             omitted_tool_calls=omitted,

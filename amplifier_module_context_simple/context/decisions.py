@@ -67,14 +67,10 @@ class Decisions:
                 yield
             if seq not in ladder.removed:
                 overrides[seq] = form
-        for index, item in enumerate(ladder.items):
+        for index, (seq, form) in enumerate(ladder.reduced_forms()):
             if index % _CHUNK == _CHUNK - 1:
                 yield
-            if item.seq in ladder.truncated or item.seq in ladder.stubbed:
-                reduced = item.reduced
-                overrides[item.seq] = (
-                    reduced if reduced is not None else (item.message, item.tokens)
-                )
+            overrides[seq] = form
         for index, seq in enumerate(ladder.removed):
             if index % _CHUNK == _CHUNK - 1:
                 yield

@@ -37,11 +37,21 @@ Nothing here awaits or touches the store: ``Ladder`` works on its own copy and r
 what it decided. Every rung is a generator of steps (``slices.py``) that pauses every
 ``STRIDE`` items, so a paced request can yield to the event loop inside a rung;
 ``climb`` and ``apply`` run them through.
+
+The working view is held as columns (``Rows``: arrays of seqs, tokens, groups and form
+codes, one list of messages and one of kinds), not an object per message: a compacting
+request at 16k messages used to allocate 16k ladder items and a list per tool group, all
+tracked by the cyclic collector and alive for the whole request, which made the
+collector's full passes during a compaction twice as long as over the history alone. A
+rung's scope is an array of row numbers; the tool groups are one flat array of rows with
+int offsets (``_Groups``). ``Item`` is a record built on access (``Ladder.view_items``),
+for tests and diagnostics.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -55,6 +65,7 @@ __all__ = (
     "Item",
     "Ladder",
     "LadderParams",
+    "Rows",
 )
 
 
@@ -62,6 +73,8 @@ Form = tuple[dict[str, Any], int]
 """A reduced message and its token estimate."""
 FormName = Literal["full", "truncated", "stubbed"]
 """How an item is shown: as admitted, or in one of the reduced forms."""
+Reduce = Callable[[int], Form | None]
+"""``(seq) -> Form | None``: a reduced form of the message with that seq, if it shrinks it."""
 
 RUNG_COUNT: Final = 8
 
@@ -69,13 +82,27 @@ _CHUNK: Final = 8 * STRIDE
 """Items a cheap whole-list pass (a filter, an index) handles between two pause points."""
 
 _DROPPED: Final[dict[str, Any]] = {}
-"""The message of a removed item: nothing shows it, and a scope that still lists it must
-not keep its reduced form alive (``Ladder._drop``)."""
+"""The message of a removed row: nothing shows it, and a scope that still lists the row
+must not keep its reduced form alive (``Ladder._drop``)."""
+
+# Form codes (``Rows.form``). REMOVED is the ladder's own: a removed row keeps its place
+# in the columns (scopes list rows by number) and leaves the live order.
+_FULL: Final = 0
+_TRUNCATED: Final = 1
+_STUBBED: Final = 2
+_REMOVED: Final = 3
+_FORM_NAMES: Final[tuple[FormName, ...]] = ("full", "truncated", "stubbed")
+_FORM_CODES: Final[dict[str, int]] = {"full": _FULL, "truncated": _TRUNCATED, "stubbed": _STUBBED}
+
+# Flag bits (``Rows.flags``).
+_CALLS: Final = 1
+_RESULTS: Final = 2
 
 
 @dataclass(slots=True)
 class Item:
-    """One message of the working view, in its current form."""
+    """One message of the working view as a record: what ``Rows.of`` takes and
+    ``Ladder.view_items`` builds on access (the ladder itself holds columns)."""
 
     seq: int
     info: MessageInfo
@@ -87,43 +114,132 @@ class Item:
     synthesized: int = 0
     """Synthesized results shown with this call message (counted in ``tokens``)."""
     reduced: Form | None = None
-    """The ``(message, tokens)`` pair of the reduced form shown (shared with the
-    decisions, so that merging allocates nothing per message)."""
+    """The ``(message, tokens)`` pair of the reduced form this ladder made, if any."""
     has_calls: bool = False
     """The message declares tool calls (the ladder needs no more of its ids)."""
     has_results: bool = False
     """The message answers tool calls."""
 
 
+class Rows:
+    """The working view's messages as columns, one row each, in view order.
+
+    A row is a message's number in the columns; it never changes (a removed row keeps its
+    number, with the form code REMOVED). The messages and kinds are two lists of shared
+    references; everything else is an array or a bytearray, which hold plain numbers:
+    whatever the history's length, the columns are a handful of objects for the collector.
+    """
+
+    __slots__ = ("flags", "form", "group", "info", "message", "seq", "synthesized", "tokens")
+
+    def __init__(self) -> None:
+        self.seq = array("q")
+        self.info: list[MessageInfo] = []
+        self.message: list[dict[str, Any]] = []
+        self.tokens = array("q")
+        self.group = array("q")
+        self.form = bytearray()
+        self.flags = bytearray()
+        self.synthesized: dict[int, int] = {}
+        """Row -> synthesized results shown with that call message (only calls that have
+        some; their tokens are in the row's ``tokens``)."""
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def append(
+        self,
+        seq: int,
+        info: MessageInfo,
+        message: dict[str, Any],
+        tokens: int,
+        group: int,
+        form: FormName = "full",
+        *,
+        has_calls: bool = False,
+        has_results: bool = False,
+    ) -> int:
+        """Add a message at the end of the view; return its row."""
+        row = len(self.seq)
+        self.seq.append(seq)
+        self.info.append(info)
+        self.message.append(message)
+        self.tokens.append(tokens)
+        self.group.append(group)
+        self.form.append(_FORM_CODES[form])
+        self.flags.append((_CALLS if has_calls else 0) | (_RESULTS if has_results else 0))
+        return row
+
+    def add_synthesized(self, row: int, tokens: int, count: int) -> None:
+        """Show ``count`` synthesized results (``tokens`` in all) with the call at ``row``."""
+        self.tokens[row] += tokens
+        self.synthesized[row] = count
+
+    @classmethod
+    def of(cls, items: Iterable[Item]) -> Rows:
+        """Columns holding ``items`` in order (their ``reduced`` pairs are not kept)."""
+        rows = cls()
+        for item in items:
+            row = rows.append(
+                item.seq,
+                item.info,
+                item.message,
+                item.tokens,
+                item.group,
+                item.form,
+                has_calls=item.has_calls,
+                has_results=item.has_results,
+            )
+            if item.synthesized:
+                rows.synthesized[row] = item.synthesized
+        return rows
+
+
+class _Groups:
+    """The live rows of each tool group, in view order: one flat array of rows, sorted by
+    group, and each group's ``[start, end)`` in it (dicts of ints: untracked)."""
+
+    __slots__ = ("_end", "_flat", "_start")
+
+    def __init__(self, start: dict[int, int], end: dict[int, int], flat: array[int]) -> None:
+        self._start, self._end, self._flat = start, end, flat
+
+    def members(self, group: int, row: int) -> Iterable[int]:
+        """The rows of ``group`` (just ``row`` when the group has no tool messages)."""
+        start = self._start.get(group)
+        if start is None:
+            return (row,)
+        return self._flat[start : self._end[group]]
+
+
 @dataclass(slots=True)
 class _Scope:
     """What one rung may touch, frozen when the rung is first applied, and how far it got.
 
-    A rung is one or two phases; each phase is prepared once (``items``, the candidates it
+    A rung is one or two phases; each phase is prepared once (``rows``, the candidates it
     walks oldest first, and what it protects) and run from ``cursor``.
     """
 
     phase: int = 0
     prepared: bool = False
     cursor: int = 0
-    items: list[Item] = field(default_factory=list)
+    rows: array[int] = field(default_factory=lambda: array("q"))
     keep: frozenset[int] = frozenset()
     """Seqs the phase protects (a removal pass's window, rung 8's human bounds)."""
-    groups: dict[int, list[Item]] = field(default_factory=dict)
+    groups: _Groups | None = None
     last_user: int | None = None
     """Rung 8: the seq of the last user turn (never stubbed)."""
     boundary: int = 0
     """Rung 8: how many of the oldest items its second half may drop stubs from."""
 
     def next_phase(self) -> None:
-        """Move on to the next phase, releasing the finished one's items and groups (its
-        items keep their reduced forms alive: several megabytes of text at 16k messages).
+        """Move on to the next phase, releasing the finished one's rows and groups.
         ``keep`` stays: rung 8's second phase reads the bounds its first phase froze."""
         self.phase += 1
         self.prepared = False
         self.cursor = 0
-        self.items = []
-        self.groups = {}
+        self.rows = array("q")
+        self.groups = None
 
 
 _Phase = tuple[Callable[[_Scope], Steps[None]], Callable[[_Scope], Steps[bool]]]
@@ -141,29 +257,29 @@ class Ladder:
     """Mutable working state of one compaction run (local to the run).
 
     Args:
-        items: the working view without system messages, sticky decisions applied.
+        rows: the working view without system messages, sticky decisions applied.
         total: tokens of the whole view including system messages.
         target: stop when ``total <= target``; a negative target exhausts every rung.
         protected: seqs that must stay complete (request-protected, developer, ...).
         incomplete_groups: group ids with an unanswered call (never removable).
-        truncate: ``(item) -> Form | None``, the truncated form if it shrinks the item.
-        stub: ``(item) -> Form | None``, the stubbed form if it shrinks the item.
+        truncate: ``(seq) -> Form | None``, the truncated form if it shrinks the message.
+        stub: ``(seq) -> Form | None``, the stubbed form if it shrinks the message.
     """
 
-    items: list[Item]
+    rows: Rows
     total: int
     target: int
     protected: frozenset[int]
     incomplete_groups: frozenset[int]
     params: LadderParams
-    truncate: Callable[[Item], Form | None]
-    stub: Callable[[Item], Form | None]
+    truncate: Reduce
+    stub: Reduce
     level: int = 0
     removed: set[int] = field(default_factory=set)
     truncated: set[int] = field(default_factory=set)
     stubbed: set[int] = field(default_factory=set)
-    truncate_protected: Callable[[Item], Form | None] | None = None
-    """``(item) -> Form | None``: the marked truncated form of a protected tool result,
+    truncate_protected: Reduce | None = None
+    """``(seq) -> Form | None``: the marked truncated form of a protected tool result,
     used only by ``reducing_floor``."""
     floor_truncated: set[int] = field(default_factory=set)
     """Protected tool results ``reducing_floor`` truncated."""
@@ -171,8 +287,16 @@ class Ladder:
     """Messages ``reducing_floor`` removed or stubbed."""
     edits: int = 0
     """Reductions made so far (a removal that supersedes a reduced form counts too)."""
+    live: array[int] = field(init=False)
+    """The rows still in the view, in view order (positions index this)."""
+    _reduced: dict[int, Form] = field(default_factory=dict)
+    """Seq -> the reduced form this ladder made and still shows (shared with the
+    decisions, so that merging allocates nothing per message)."""
     _scopes: dict[int, _Scope] = field(default_factory=dict)
     """Each applied rung's frozen scope and progress."""
+
+    def __post_init__(self) -> None:
+        self.live = array("q", range(len(self.rows)))
 
     @property
     def fits(self) -> bool:
@@ -181,6 +305,48 @@ class Ladder:
     @property
     def changes(self) -> int:
         return len(self.removed) + len(self.truncated) + len(self.stubbed)
+
+    @property
+    def count(self) -> int:
+        """Messages left in the view (system messages excepted)."""
+        return len(self.live)
+
+    @property
+    def synthesized(self) -> int:
+        """Synthesized results the view shows with the calls left in it."""
+        form = self.rows.form
+        return sum(n for row, n in self.rows.synthesized.items() if form[row] != _REMOVED)
+
+    def reduced_forms(self) -> Iterator[tuple[int, Form]]:
+        """``(seq, form)`` of every message this ladder truncated or stubbed and still
+        shows, in view order."""
+        rows, reduced, truncated, stubbed = self.rows, self._reduced, self.truncated, self.stubbed
+        seqs = rows.seq
+        for row in self.live:
+            seq = seqs[row]
+            if seq in truncated or seq in stubbed:
+                form = reduced.get(seq)
+                yield seq, form if form is not None else (rows.message[row], rows.tokens[row])
+
+    def view_items(self) -> list[Item]:
+        """The view's messages as ``Item`` records, built on access (tests, diagnostics:
+        the ladder's own work never builds them)."""
+        rows = self.rows
+        return [
+            Item(
+                rows.seq[row],
+                rows.info[row],
+                rows.message[row],
+                rows.tokens[row],
+                rows.group[row],
+                _FORM_NAMES[rows.form[row]],
+                rows.synthesized.get(row, 0),
+                self._reduced.get(rows.seq[row]),
+                has_calls=bool(rows.flags[row] & _CALLS),
+                has_results=bool(rows.flags[row] & _RESULTS),
+            )
+            for row in self.live
+        ]
 
     # -- drivers ---------------------------------------------------------------
 
@@ -278,86 +444,94 @@ class Ladder:
         yield from self._truncate_largest_results()
         groups = yield from self._groups()
         yield from self._remove_oldest(groups)
-        for index, item in enumerate(self.items):
+        rows = self.rows
+        seqs, forms = rows.seq, rows.form
+        for index, row in enumerate(self.live):
             if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
                 yield
             if self.fits:
                 break
-            if self._is_user_turn(item) and item.seq not in self.protected and item.form == "full":
-                self._stub(item)
+            if self._is_user_turn(row) and seqs[row] not in self.protected and forms[row] == _FULL:
+                self._stub(row)
         doomed: set[int] = set()
         groups = yield from self._groups()
-        for index, item in enumerate(self.items):
+        for index, row in enumerate(self.live):
             if index % STRIDE == STRIDE - 1:
                 yield
             if self.fits:
                 break
-            if item.seq in doomed or not self._is_user_turn(item) or self._untouchable(item):
+            if row in doomed or not self._is_user_turn(row) or self._untouchable(row):
                 continue
-            members = groups.get(item.group, [item]) if item.has_results else [item]
-            if item.has_results and item.group in self.incomplete_groups:
+            results = bool(rows.flags[row] & _RESULTS)
+            members = groups.members(rows.group[row], row) if results else (row,)
+            if results and rows.group[row] in self.incomplete_groups:
                 continue
-            if any(self._untouchable(m) for m in members if m is not item):
+            if any(self._untouchable(m) for m in members if m != row):
                 continue
             self._drop(members, doomed)
         yield from self._compact(doomed)
         self.floor_removed = len(self.removed) + len(self.stubbed) - before
 
-    def _untouchable(self, item: Item) -> bool:
+    def _untouchable(self, row: int) -> bool:
         """What ``reducing_floor`` never removes."""
-        return item.seq in self.protected or item.info.has_loaded_tool_state
+        return self.rows.seq[row] in self.protected or self.rows.info[row].has_loaded_tool_state
 
     def _truncate_largest_results(self) -> Steps[None]:
         reduce = self.truncate_protected
         if reduce is None:
             return
+        rows = self.rows
+        seqs, infos, tokens = rows.seq, rows.info, rows.tokens
         results = [
-            item
-            for item in self.items
-            if item.info.is_result_carrier and item.seq not in self.protected
+            row
+            for row in self.live
+            if infos[row].is_result_carrier and seqs[row] not in self.protected
         ]
         yield
-        results.sort(key=lambda item: item.tokens, reverse=True)
-        for index, item in enumerate(results):
+        results.sort(key=tokens.__getitem__, reverse=True)
+        for index, row in enumerate(results):
             if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
                 yield
             if self.fits:
                 return
-            form = reduce(item)
-            if form is not None and form[1] < item.tokens:
-                self._replace(item, form, "truncated")
-                self.truncated.add(item.seq)
-                self.floor_truncated.add(item.seq)
+            form = reduce(seqs[row])
+            if form is not None and form[1] < tokens[row]:
+                self._replace(row, form, _TRUNCATED)
+                self.truncated.add(seqs[row])
+                self.floor_truncated.add(seqs[row])
 
-    def _remove_oldest(self, groups: dict[int, list[Item]]) -> Steps[None]:
+    def _remove_oldest(self, groups: _Groups) -> Steps[None]:
+        rows = self.rows
+        flags, group = rows.flags, rows.group
         doomed: set[int] = set()
-        for index, item in enumerate(self.items):
+        for index, row in enumerate(self.live):
             if index % STRIDE == STRIDE - 1:
                 yield
             if self.fits:
                 break
-            if item.seq in doomed or self._untouchable(item) or self._is_user_turn(item):
+            if row in doomed or self._untouchable(row) or self._is_user_turn(row):
                 continue
-            if item.has_calls or item.has_results:
-                members = groups.get(item.group, [item])
-                if item.group in self.incomplete_groups or any(
+            if flags[row]:
+                members = groups.members(group[row], row)
+                if group[row] in self.incomplete_groups or any(
                     self._untouchable(m) for m in members
                 ):
                     continue
                 self._drop(members, doomed)
-            elif item.info.role == "assistant":
-                self._drop([item], doomed)
+            elif rows.info[row].role == "assistant":
+                self._drop((row,), doomed)
         yield from self._compact(doomed)
 
     # -- protection ------------------------------------------------------------
 
     def _result_positions(self) -> Steps[list[int]]:
+        live, infos = self.live, self.rows.info
         positions: list[int] = []
-        for start in range(0, len(self.items), _CHUNK):
+        for start in range(0, len(live), _CHUNK):
             positions.extend(
                 i
-                for i, item in enumerate(self.items[start : start + _CHUNK], start)
-                if item.info.is_result_carrier
+                for i, row in enumerate(live[start : start + _CHUNK], start)
+                if infos[row].is_result_carrier
             )
             yield
         return positions
@@ -367,37 +541,40 @@ class Ladder:
         return set(positions[-keep:]) if keep > 0 else set()
 
     def _human_bounds(self) -> set[int]:
-        items = self.items
-        first = next((i for i, item in enumerate(items) if item.info.is_human), None)
+        live, infos = self.live, self.rows.info
+        first = next((i for i, row in enumerate(live) if infos[row].is_human), None)
         if first is None:
             return set()
-        last = next(i for i in range(len(items) - 1, -1, -1) if items[i].info.is_human)
+        last = next(i for i in range(len(live) - 1, -1, -1) if infos[live[i]].is_human)
         return {first, last}
 
     def _protected_positions(self, fraction: float) -> Steps[set[int]]:
-        items = self.items
-        recent_start = int(len(items) * (1 - fraction))
-        protected = set(range(recent_start, len(items)))
+        live = self.live
+        seqs, infos = self.rows.seq, self.rows.info
+        recent_start = int(len(live) * (1 - fraction))
+        protected = set(range(recent_start, len(live)))
         protected |= self._human_bounds()
         positions = yield from self._result_positions()
         protected |= self._protected_results(positions)
         marked = self.protected
-        for start in range(0, len(items), _CHUNK):
+        for start in range(0, len(live), _CHUNK):
             protected.update(
                 i
-                for i, item in enumerate(items[start : start + _CHUNK], start)
-                if item.seq in marked or item.info.has_loaded_tool_state
+                for i, row in enumerate(live[start : start + _CHUNK], start)
+                if seqs[row] in marked or infos[row].has_loaded_tool_state
             )
             yield
         return protected
 
     # -- operations ------------------------------------------------------------
 
-    def _replace(self, item: Item, form: tuple[dict[str, Any], int], kind: FormName) -> None:
+    def _replace(self, row: int, form: Form, code: int) -> None:
         message, tokens = form
+        rows = self.rows
         self.edits += 1
-        self.total += tokens - item.tokens
-        item.message, item.tokens, item.form, item.reduced = message, tokens, kind, form
+        self.total += tokens - rows.tokens[row]
+        rows.message[row], rows.tokens[row], rows.form[row] = message, tokens, code
+        self._reduced[rows.seq[row]] = form
 
     # -- the rungs' phases: a scope frozen at the first application, then a run ------
 
@@ -407,52 +584,76 @@ class Ladder:
         positions = yield from self._result_positions()
         n = len(positions)
         protected_results = self._protected_results(positions)
-        items = self.items
-        scope.items = [
-            items[index]
-            for index in positions[int(n * lo) : int(n * hi)]
-            if index not in protected_results and items[index].seq not in self.protected
-        ]
+        live, seqs = self.live, self.rows.seq
+        scope.rows = array(
+            "q",
+            (
+                live[index]
+                for index in positions[int(n * lo) : int(n * hi)]
+                if index not in protected_results and seqs[live[index]] not in self.protected
+            ),
+        )
 
-    def _walk(self, scope: _Scope, act: Callable[[Item], None]) -> Steps[bool]:
-        """``act`` on the scope's items from its cursor on, oldest first, until the view
+    def _walk(self, scope: _Scope, act: Callable[[int], None]) -> Steps[bool]:
+        """``act`` on the scope's rows from its cursor on, oldest first, until the view
         fits (the cursor is kept for a continuation: False) or the scope is through
-        (True); pausing every ``HEAVY_STRIDE`` items."""
-        for index in range(scope.cursor, len(scope.items)):
+        (True); pausing every ``HEAVY_STRIDE`` rows."""
+        rows = scope.rows
+        for index in range(scope.cursor, len(rows)):
             if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
                 yield
             if self.fits:
                 scope.cursor = index
                 return False
-            act(scope.items[index])
+            act(rows[index])
         return True
 
     def _truncate_wave(self, scope: _Scope) -> Steps[bool]:
-        def truncate(item: Item) -> None:
-            if item.form != "full":
+        rows = self.rows
+
+        def truncate(row: int) -> None:
+            if rows.form[row] != _FULL:
                 return
-            form = self.truncate(item)
+            seq = rows.seq[row]
+            form = self.truncate(seq)
             if form is not None:
-                self._replace(item, form, "truncated")
-                self.truncated.add(item.seq)
+                self._replace(row, form, _TRUNCATED)
+                self.truncated.add(seq)
 
         return self._walk(scope, truncate)
 
-    def _groups(self) -> Steps[dict[int, list[Item]]]:
-        """The items of each tool group, by group id, in view order."""
-        groups: dict[int, list[Item]] = {}
-        for index, item in enumerate(self.items):
-            if index % _CHUNK == _CHUNK - 1:
-                yield
-            if item.has_calls or item.has_results:
-                groups.setdefault(item.group, []).append(item)
-        return groups
+    def _groups(self) -> Steps[_Groups]:
+        """The live rows of each tool group, by group id, in view order."""
+        flags, group = self.rows.flags, self.rows.group
+        live = self.live
+        sizes: dict[int, int] = {}
+        for start in range(0, len(live), _CHUNK):
+            for row in live[start : start + _CHUNK]:
+                if flags[row]:
+                    g = group[row]
+                    sizes[g] = sizes.get(g, 0) + 1
+            yield
+        begin: dict[int, int] = {}
+        end: dict[int, int] = {}
+        offset = 0
+        for g, size in sizes.items():
+            begin[g] = end[g] = offset
+            offset += size
+        flat = array("q", bytes(8 * offset))
+        for start in range(0, len(live), _CHUNK):
+            for row in live[start : start + _CHUNK]:
+                if flags[row]:
+                    g = group[row]
+                    flat[end[g]] = row
+                    end[g] += 1
+            yield
+        return _Groups(begin, end, flat)
 
     def _keep_seqs(self, fraction: float) -> Steps[frozenset[int]]:
-        """The seqs of the items ``_protected_positions(fraction)`` protects now."""
+        """The seqs of the rows ``_protected_positions(fraction)`` protects now."""
         positions = yield from self._protected_positions(fraction)
-        items = self.items
-        return frozenset(items[index].seq for index in positions)
+        live, seqs = self.live, self.rows.seq
+        return frozenset(seqs[live[index]] for index in positions)
 
     def _removal_scope(self, scope: _Scope, fraction: float) -> Steps[None]:
         """A removal pass may remove what lies outside the recent window and the other
@@ -460,32 +661,35 @@ class Ladder:
         continuation after some removals does not move the window)."""
         scope.keep = yield from self._keep_seqs(fraction)
         scope.groups = yield from self._groups()
-        scope.items = list(self.items)
+        scope.rows = self.live[:]
 
     def _removal_pass(self, scope: _Scope) -> Steps[bool]:
         keep, groups, removed = scope.keep, scope.groups, self.removed
+        assert groups is not None  # prepared by _removal_scope
+        rows = self.rows
+        seqs, flags, group = rows.seq, rows.flags, rows.group
         doomed: set[int] = set()
         done = True
-        for index in range(scope.cursor, len(scope.items)):
+        for index in range(scope.cursor, len(scope.rows)):
             if index % STRIDE == STRIDE - 1:
                 yield
             if self.fits:
                 scope.cursor, done = index, False
                 break
-            item = scope.items[index]
-            if item.seq in keep or item.seq in removed or self._is_user_turn(item):
+            row = scope.rows[index]
+            if seqs[row] in keep or seqs[row] in removed or self._is_user_turn(row):
                 continue  # user turns are stubbed, never removed by a pass
-            if item.has_calls or item.has_results:
-                members = groups.get(item.group, [item])
+            if flags[row]:
+                members = groups.members(group[row], row)
                 if (
-                    item.group in self.incomplete_groups
-                    or any(m.seq in keep for m in members)
+                    group[row] in self.incomplete_groups
+                    or any(seqs[m] in keep for m in members)
                     or any(self._is_user_turn(m) for m in members)
                 ):
                     continue  # a group holding a user's own words stays whole, in place
                 self._drop(members, doomed)
             else:
-                self._drop([item], doomed)
+                self._drop((row,), doomed)
         yield from self._compact(doomed)
         return done
 
@@ -493,112 +697,126 @@ class Ladder:
         """A removal pass's stubs: the user turns outside the same window, recomputed on
         the view its removals left (as when the pass runs whole)."""
         scope.keep = yield from self._keep_seqs(fraction)
-        scope.items = list(self.items)
+        scope.rows = self.live[:]
 
     def _stub_pass(self, scope: _Scope) -> Steps[bool]:
-        def stub(item: Item) -> None:
-            if item.seq not in scope.keep and item.form == "full" and self._is_user_turn(item):
-                self._stub(item)
+        rows = self.rows
+
+        def stub(row: int) -> None:
+            if (
+                rows.seq[row] not in scope.keep
+                and rows.form[row] == _FULL
+                and self._is_user_turn(row)
+            ):
+                self._stub(row)
 
         return self._walk(scope, stub)
 
-    @staticmethod
-    def _is_user_turn(item: Item) -> bool:
+    def _is_user_turn(self, row: int) -> bool:
         """A user message that is more than tool results (never removed by a pass)."""
-        return item.info.role == "user" and not item.info.is_result_carrier
+        info = self.rows.info[row]
+        return info.role == "user" and not info.is_result_carrier
 
-    def _drop(self, items: Iterable[Item], doomed: set[int]) -> None:
-        """Remove ``items`` (their seqs join ``doomed``, for ``_compact``)."""
-        for item in items:
-            doomed.add(item.seq)
+    def _drop(self, rows: Iterable[int], doomed: set[int]) -> None:
+        """Remove the messages at ``rows`` (they join ``doomed``, for ``_compact``)."""
+        columns = self.rows
+        for row in rows:
+            seq = columns.seq[row]
+            doomed.add(row)
             self.edits += 1
-            self.total -= item.tokens
-            item.message, item.reduced = _DROPPED, None
-            self.removed.add(item.seq)
+            self.total -= columns.tokens[row]
+            columns.message[row] = _DROPPED
+            columns.form[row] = _REMOVED
+            self._reduced.pop(seq, None)
+            self.removed.add(seq)
             # removal supersedes an earlier reduced form of the same message
-            self.truncated.discard(item.seq)
-            self.stubbed.discard(item.seq)
-            self.floor_truncated.discard(item.seq)
+            self.truncated.discard(seq)
+            self.stubbed.discard(seq)
+            self.floor_truncated.discard(seq)
 
     def _compact(self, doomed: set[int]) -> Steps[None]:
-        """Take the items whose seqs are in ``doomed`` out of the working list."""
+        """Take the rows in ``doomed`` out of the live order."""
         if not doomed:
             return
-        items = self.items
-        kept: list[Item] = []
-        for start in range(0, len(items), _CHUNK):
-            kept.extend(item for item in items[start : start + _CHUNK] if item.seq not in doomed)
+        live = self.live
+        kept = array("q")
+        for start in range(0, len(live), _CHUNK):
+            kept.extend(row for row in live[start : start + _CHUNK] if row not in doomed)
             yield
-        self.items = kept
+        self.live = kept
 
-    def _stub(self, item: Item) -> None:
-        form = self.stub(item)
+    def _stub(self, row: int) -> None:
+        seq = self.rows.seq[row]
+        form = self.stub(seq)
         if form is not None:
-            self._replace(item, form, "stubbed")
-            self.stubbed.add(item.seq)
+            self._replace(row, form, _STUBBED)
+            self.stubbed.add(seq)
 
     def _last_user_position(self) -> int | None:
-        for index in range(len(self.items) - 1, -1, -1):
-            info = self.items[index].info
-            if info.role == "user" and not info.is_result_carrier:
+        live = self.live
+        for index in range(len(live) - 1, -1, -1):
+            if self._is_user_turn(live[index]):
                 return index
         return None
 
     def _envelope_scope(self, scope: _Scope) -> Steps[None]:
         """Rung 8 may stub the machine-written user turns before the last user turn, and
         then drop stubs before the narrowest recent window; both as the view is when the
-        rung is first applied (stubbing leaves the list's length as it is)."""
+        rung is first applied (stubbing leaves the live order's length as it is)."""
         last_user = self._last_user_position()
         keep = self._human_bounds()
         if last_user is not None:
             keep.add(last_user)
-        items = self.items
-        scope.keep = frozenset(items[index].seq for index in keep)
-        scope.last_user = None if last_user is None else items[last_user].seq
-        scope.boundary = int(len(items) * (1 - self.params.protected_recent * 0.3))
-        scope.items = list(items)
+        live, seqs = self.live, self.rows.seq
+        scope.keep = frozenset(seqs[live[index]] for index in keep)
+        scope.last_user = None if last_user is None else seqs[live[last_user]]
+        scope.boundary = int(len(live) * (1 - self.params.protected_recent * 0.3))
+        scope.rows = live[:]
         yield
 
     def _stub_envelopes(self, scope: _Scope) -> Steps[bool]:
         """Rung 8, first half: stub machine-written user turns that nobody retains."""
+        rows = self.rows
 
-        def stub(item: Item) -> None:
-            info = item.info
+        def stub(row: int) -> None:
+            info, seq = rows.info[row], rows.seq[row]
             if not (
                 info.role != "user"
                 or info.is_human
                 or info.is_result_carrier
-                or item.seq == scope.last_user
-                or item.seq in self.protected
-                or item.form != "full"
+                or seq == scope.last_user
+                or seq in self.protected
+                or rows.form[row] != _FULL
             ):
-                self._stub(item)
+                self._stub(row)
 
         return self._walk(scope, stub)
 
     def _old_stub_scope(self, scope: _Scope) -> Steps[None]:
-        """Rung 8, second half: the items before the boundary frozen at its first
+        """Rung 8, second half: the rows before the boundary frozen at its first
         application."""
-        scope.items = self.items[: min(scope.boundary, len(self.items))]
+        scope.rows = self.live[: min(scope.boundary, len(self.live))]
         yield
 
     def _drop_old_stubs(self, scope: _Scope) -> Steps[bool]:
         """Rung 8, second half: drop stubs older than the narrowest recent window."""
+        rows = self.rows
         doomed: set[int] = set()
         done = True
-        for index in range(scope.cursor, len(scope.items)):
+        for index in range(scope.cursor, len(scope.rows)):
             if index % STRIDE == STRIDE - 1:
                 yield
             if self.fits:
                 scope.cursor, done = index, False
                 break
-            item = scope.items[index]
+            row = scope.rows[index]
+            seq = rows.seq[row]
             if (
-                item.form == "stubbed"
-                and item.seq not in scope.keep
-                and item.seq not in self.protected
-                and item.seq not in self.removed
+                rows.form[row] == _STUBBED
+                and seq not in scope.keep
+                and seq not in self.protected
+                and seq not in self.removed
             ):
-                self._drop([item], doomed)
+                self._drop((row,), doomed)
         yield from self._compact(doomed)
         return done

@@ -22,7 +22,7 @@ from amplifier_module_context_simple.context.classify import classify
 from amplifier_module_context_simple.context.estimate import estimate_message
 from amplifier_module_context_simple.context.forms import stubbed_form, truncated_form
 from amplifier_module_context_simple.context.history import History
-from amplifier_module_context_simple.context.ladder import Item, Ladder, LadderParams
+from amplifier_module_context_simple.context.ladder import Item, Ladder, LadderParams, Rows
 from amplifier_module_context_simple.testing import (
     RecordingHooks,
     check_view_invariants,
@@ -499,29 +499,33 @@ def ladder_of(
     history = History()
     for message in messages:
         history.admit(message, max_tool_result_bytes=131_072, stamp_time=False)
-    items = [
-        Item(
-            e.seq,
-            e.info,
-            e.public,
-            e.tokens,
-            history.group_of(e.seq),
-            has_calls=bool(e.info.call_ids),
-            has_results=bool(e.info.result_ids),
-        )
+    full = {
+        e.seq: (e.public, e.tokens)
         for e in history.entries
         if e.public is not None and not e.info.is_system
+    }
+    items = [
+        Item(
+            seq,
+            history.entries[seq].info,
+            message,
+            tokens,
+            history.group_of(seq),
+            has_calls=bool(history.entries[seq].info.call_ids),
+            has_results=bool(history.entries[seq].info.result_ids),
+        )
+        for seq, (message, tokens) in full.items()
     ]
     incomplete = frozenset(history.group_of(s) for s, ids in history.unanswered.items() if ids)
     return Ladder(
-        items=items,
+        rows=Rows.of(items),
         total=sum(item.tokens for item in items),
         target=target,
         protected=protected,
         incomplete_groups=incomplete,
         params=LadderParams(protected_recent, protected_tool_results),
-        truncate=lambda item: truncated_form(item.message, item.tokens, truncate_chars),
-        stub=lambda item: stubbed_form(item.message, item.tokens),
+        truncate=lambda seq: truncated_form(*full[seq], truncate_chars),
+        stub=lambda seq: stubbed_form(*full[seq]),
     )
 
 
@@ -549,13 +553,13 @@ def test_rungs_one_two_four_six_truncate_successive_quarters() -> None:
     assert ladder.apply(6) and ladder.truncated == set(RESULT_SEQS[0:7])
     assert not ladder.apply(6)
     assert ladder.level == 6 and not ladder.removed and not ladder.stubbed
-    assert ladder.total == sum(item.tokens for item in ladder.items)
+    assert ladder.total == sum(item.tokens for item in ladder.view_items())
 
 
 def test_waves_stop_as_soon_as_the_target_is_met() -> None:
     """A wave stops once the running total is at or under the target."""
     ladder = ladder_of(eight_results())
-    first = next(item for item in ladder.items if item.seq == RESULT_SEQS[0])
+    first = next(item for item in ladder.view_items() if item.seq == RESULT_SEQS[0])
     form = truncated_form(first.message, first.tokens, 20)
     assert form is not None
     ladder.target = ladder.total - (first.tokens - form[1])
@@ -575,7 +579,7 @@ def test_removal_rungs_remove_whole_groups_outside_the_recent_window() -> None:
         seq % 2 == 1 and seq + 1 in removed_at_5 for seq in removed_at_5 if seq % 2 == 1
     )
     assert ladder.apply(7) and ladder.removed > removed_at_5
-    kept = {item.seq for item in ladder.items}
+    kept = {item.seq for item in ladder.view_items()}
     assert {0, len(messages) - 1} <= kept
     for seq in ladder.removed:
         partner = seq + 1 if seq % 2 == 1 else seq - 1
@@ -588,7 +592,7 @@ def test_a_removed_item_releases_its_reduced_form() -> None:
     long session's removed forms were megabytes of text held to the end of the request)."""
     ladder = ladder_of(eight_results(), protected_tool_results=1)
     assert ladder.apply(1) and ladder.apply(2)
-    forms = {item.seq: item.reduced for item in ladder.items if item.form == "truncated"}
+    forms = {item.seq: item.reduced for item in ladder.view_items() if item.form == "truncated"}
     assert set(forms) == set(RESULT_SEQS[0:4])
     for rung in (3, 5, 7):
         ladder.apply(rung)
@@ -609,7 +613,7 @@ def test_removal_skips_incomplete_and_protected_groups() -> None:
     for rung in range(1, 9):
         ladder.apply(rung)
     assert ladder.removed == {5, 6}
-    assert {1, 2, 3, 4} <= {item.seq for item in ladder.items}
+    assert {1, 2, 3, 4} <= {item.seq for item in ladder.view_items()}
 
 
 def test_rung_eight_stubs_machine_turns_then_drops_old_stubs() -> None:
@@ -629,7 +633,7 @@ def test_rung_eight_stubs_machine_turns_then_drops_old_stubs() -> None:
     assert ladder.apply(8)
     assert ladder.stubbed | ladder.removed == {0, 2}
     assert 4 not in ladder.stubbed and 6 not in ladder.stubbed
-    assert {1, 3, 4, 5, 6} <= {item.seq for item in ladder.items}
+    assert {1, 3, 4, 5, 6} <= {item.seq for item in ladder.view_items()}
     assert all(classify(messages[s]).is_human is False for s in ladder.stubbed | ladder.removed)
 
 

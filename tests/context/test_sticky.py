@@ -19,7 +19,7 @@ from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.classify import classify
 from amplifier_module_context_simple.context.decisions import Decisions
 from amplifier_module_context_simple.context.estimate import estimate_message
-from amplifier_module_context_simple.context.ladder import Item, Ladder, LadderParams
+from amplifier_module_context_simple.context.ladder import Item, Ladder, LadderParams, Rows
 from amplifier_module_context_simple.testing import (
     RecordingHooks,
     check_view_invariants,
@@ -314,14 +314,14 @@ def test_removal_supersedes_reduced_forms() -> None:
     )
     info = classify(message)
     ladder = Ladder(
-        items=[Item(3, info, reduced[0], 1, 3, "truncated", has_results=True)],
+        rows=Rows.of([Item(3, info, reduced[0], 1, 3, "truncated", has_results=True)]),
         total=0,
         target=0,
         protected=frozenset(),
         incomplete_groups=frozenset(),
         params=LadderParams(0.3, 5),
-        truncate=lambda item: None,
-        stub=lambda item: None,
+        truncate=lambda seq: None,
+        stub=lambda seq: None,
     )
     ladder.removed.add(1)
     ladder.truncated.add(3)

@@ -21,7 +21,7 @@ import anyio.lowlevel
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.ladder import Item, Ladder
+from amplifier_module_context_simple.context.ladder import Ladder
 from amplifier_module_context_simple.negotiator.driver import MAX_COUNTS, negotiate
 from amplifier_module_context_simple.testing import check_view_invariants
 from tests.context.strategies import calls, results
@@ -327,16 +327,16 @@ def touches(ladder: Ladder, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, 
     log: list[tuple[int, str]] = []
     replace, drop = Ladder._replace, Ladder._drop
 
-    def replacing(self: Ladder, item: Item, form: Any, kind: Any) -> None:
+    def replacing(self: Ladder, row: int, form: Any, code: int) -> None:
         if self is ladder:
-            log.append((item.seq, kind))
-        replace(self, item, form, kind)
+            log.append((self.rows.seq[row], f"form {code}"))
+        replace(self, row, form, code)
 
-    def dropping(self: Ladder, items: Any, doomed: set[int]) -> None:
-        items = list(items)
+    def dropping(self: Ladder, rows: Any, doomed: set[int]) -> None:
+        rows = list(rows)
         if self is ladder:
-            log.extend((item.seq, "removed") for item in items)
-        drop(self, items, doomed)
+            log.extend((self.rows.seq[row], "removed") for row in rows)
+        drop(self, rows, doomed)
 
     monkeypatch.setattr(Ladder, "_replace", replacing)
     monkeypatch.setattr(Ladder, "_drop", dropping)
@@ -388,7 +388,8 @@ def test_a_continued_removal_pass_keeps_the_window_of_its_first_application() ->
     whole - never a message of that window, which a window recomputed on the shrunk view
     would expose."""
     whole = fresh()
-    window = {item.seq for item in whole.items[len(whole.items) // 2 :]}
+    items = whole.view_items()
+    window = {item.seq for item in items[len(items) // 2 :]}
     before = whole.total
     whole.apply(3)
     split = fresh()

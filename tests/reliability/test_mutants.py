@@ -36,6 +36,7 @@ item and code; for a sweep, ``SweepFailure.code`` and the snapshot ``fields`` th
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import traceback
 from collections.abc import Callable
@@ -53,7 +54,7 @@ import amplifier_module_context_simple.context.store as manager_module
 import amplifier_module_context_simple.negotiator.envelopes as envelopes_module
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.decisions import Decisions
-from amplifier_module_context_simple.context.ladder import Item, Ladder
+from amplifier_module_context_simple.context.ladder import Ladder, _Groups
 from amplifier_module_context_simple.context.policy import RequestPolicy
 from amplifier_module_context_simple.context.render import Rendered
 from amplifier_module_context_simple.context.slices import Steps
@@ -517,15 +518,13 @@ def test_the_state_machine_catches_an_illegal_event_with_an_effect(
 # -- T9/T10 ---------------------------------------------------------------------------------------
 
 
-def ungrouped(self: Ladder) -> Steps[dict[int, list[Item]]]:
+def ungrouped(self: Ladder) -> Steps[_Groups]:
     """MUTANT: every message is a tool group of its own (pairing ignored)."""
-    groups: dict[int, list[Item]] = {}
-    for item in self.items:
-        item.group = item.seq
-        if item.info.call_ids or item.info.result_ids:
-            groups.setdefault(item.group, []).append(item)
+    rows = self.rows
+    for row in self.live:
+        rows.group[row] = rows.seq[row]
     yield
-    return groups
+    return _Groups({}, {}, array.array("q"))
 
 
 def test_the_view_properties_catch_ungrouped_removal(monkeypatch: pytest.MonkeyPatch) -> None:
