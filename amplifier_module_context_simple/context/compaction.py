@@ -79,7 +79,7 @@ def omitting_calls(history: History, decisions: Decisions) -> Steps[tuple[str, .
         if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
             yield
         public = entries.public[seq]
-        if public is not None and entries.call_ids[seq]:
+        if public is not None and seq in entries.call_ids:
             facts.extend(call_facts(public))
     return tuple(dict.fromkeys(facts))[-MAX_OMITTED_CALLS:]
 
@@ -111,14 +111,14 @@ class Compactor:
         kinds, publics, all_tokens = entries.kind_infos, entries.public, entries.tokens
         call_ids, result_ids = entries.call_ids, entries.result_ids
         protected = plan.protected | extra_protected
-        overrides = decisions.overrides
+        overrides, removed = decisions.overrides, decisions.removed
         rows = Rows()
         calls: dict[int, int] = {}  # call messages' rows by seq (see the markers below)
         system_tokens = 0
         if plan.factory_text is not None:
             system_tokens += estimate_message({"role": "system", "content": plan.factory_text})
         # a copy: an admission while this run is paused may insert into the order
-        order = list(history.order)
+        order = history.order[:]
         for position, position_item in enumerate(order):
             if position % STRIDE == STRIDE - 1:
                 yield
@@ -139,15 +139,15 @@ class Compactor:
                 if plan.factory_text is None or kind.is_hook_system:
                     system_tokens += all_tokens[seq]
                 continue
-            has_calls = bool(call_ids[seq])
+            has_calls = seq in call_ids
             message, tokens = publics[seq], all_tokens[seq]
             form: FormName = "full"
-            if seq not in plan.protected and seq in overrides:
-                override = overrides[seq]
-                if override is None:
-                    continue  # removed
-                message, tokens = override
-                form = "truncated" if seq in decisions.truncated else "stubbed"
+            if seq not in plan.protected:
+                if seq in removed:
+                    continue
+                if seq in overrides:
+                    message, tokens = overrides[seq]
+                    form = "truncated" if seq in decisions.truncated else "stubbed"
             assert message is not None
             row = rows.append(
                 seq,
@@ -157,7 +157,7 @@ class Compactor:
                 history.group_of(seq),
                 form,
                 has_calls=has_calls,
-                has_results=bool(result_ids[seq]),
+                has_results=seq in result_ids,
             )
             if has_calls:
                 calls[seq] = row

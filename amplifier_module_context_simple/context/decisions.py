@@ -1,7 +1,9 @@
 """Sticky compaction decisions: what every later view reapplies, keyed by sequence id.
 
 A ``Decisions`` value is never changed once built: the dataclass is frozen and its sets
-are frozensets; ``overrides`` is a plain dict (``merging`` builds a new one, and a
+are frozensets; ``overrides`` (the reduced forms; a removed message is only in
+``removed``, so a long session's thousands of removals cost one frozenset, not a dict
+entry each for the collector to walk) is a plain dict (``merging`` builds a new one, and a
 read-only copy would cost a pass per message), which nothing writes to afterwards, by
 contract. The store holds the committed one; a compaction run or a negotiation builds a
 new one and the store swaps it in at a commit boundary, so a reader never sees half of a
@@ -19,14 +21,7 @@ from .ladder import Form, Ladder
 from .slices import STRIDE, Steps, run_through
 from .stats import CompactionStats
 
-__all__ = (
-    "REMOVED",
-    "Decisions",
-)
-
-
-REMOVED = None
-"""Override value for a removed message."""
+__all__ = ("Decisions",)
 
 _CHUNK = 8 * STRIDE
 """Entries merged between two pause points."""
@@ -44,12 +39,22 @@ class Decisions:
     floor_reported: bool = False
     """These decisions reported a protected floor above the target (the storm guard reads
     this, never the event payload)."""
-    overrides: Mapping[int, Form | None] = field(default_factory=dict)
-    """seq -> reduced form, or ``None`` when removed: what the renderer substitutes."""
+    overrides: Mapping[int, Form] = field(default_factory=dict)
+    """seq -> reduced form (of a message in ``truncated`` or ``stubbed``): what the
+    renderer substitutes. A removed message has none: it is in ``removed``."""
 
     @property
     def is_empty(self) -> bool:
-        return not self.overrides
+        return not self.overrides and not self.removed
+
+    def hides(self, seq: int) -> bool:
+        """Whether these decisions remove or reduce the message ``seq``."""
+        return seq in self.overrides or seq in self.removed
+
+    def shown(self) -> dict[int, Form | None]:
+        """Every decision by seq: the reduced form, or None for a removed message (the
+        shape ``ContextStore.observable_state`` reports)."""
+        return {**dict.fromkeys(self.removed), **self.overrides}
 
     def merged(self, ladder: Ladder) -> Decisions:
         """These decisions plus what ``ladder`` decided (stats and floor unchanged)."""
@@ -61,7 +66,7 @@ class Decisions:
         truncated = (self.truncated | ladder.truncated) - removed
         stubbed = (self.stubbed | ladder.stubbed) - removed
         yield
-        overrides: dict[int, Form | None] = {}
+        overrides: dict[int, Form] = {}
         for index, (seq, form) in enumerate(self.overrides.items()):
             if index % _CHUNK == _CHUNK - 1:
                 yield
@@ -71,10 +76,6 @@ class Decisions:
             if index % _CHUNK == _CHUNK - 1:
                 yield
             overrides[seq] = form
-        for index, seq in enumerate(ladder.removed):
-            if index % _CHUNK == _CHUNK - 1:
-                yield
-            overrides[seq] = REMOVED
         return Decisions(
             removed=frozenset(removed),
             truncated=frozenset(truncated),

@@ -117,18 +117,21 @@ class Entries:
     A history of many thousands of messages is long-lived, so what it holds per message is
     what the interpreter's collector walks on every full collection. As columns, the
     entries add no collector-tracked object of their own per message: the per-message
-    values are the caller's message as given (the store's own copy of its top level), the
-    public form (the same dict when the two are equal), the message's kind (a
-    ``MessageInfo`` without ids, shared by every message of that kind), its call and result
-    ids (tuples of strings, which the collector stops tracking), and untracked numbers,
-    strings and flags. An ``Entry`` (and a message's whole ``MessageInfo``) is built on
-    access; the hot paths (rendering, the ladder, the extension check) read the columns.
+    values are the public form, the message's kind (a ``MessageInfo`` without ids, shared
+    by every message of that kind), and untracked numbers and flags. The rest is sparse, in
+    dicts keyed by seq: the caller's message as given (the store's own copy of its top
+    level) only where it is not the public form itself (most messages have one dict for
+    both), the stamped timestamps (strings: a dict of them is not tracked), and the call
+    and result ids of the messages that have some (tuples of strings: once the collector
+    has stopped tracking them, it stops tracking the dict too). An ``Entry`` (and a
+    message's whole ``MessageInfo``) is built on access; the hot paths (rendering, the
+    ladder, the extension check) read the columns.
     """
 
     __slots__ = (
+        "_given",
         "_shared",
         "call_ids",
-        "given",
         "has_metadata",
         "kind_infos",
         "kinds",
@@ -139,13 +142,17 @@ class Entries:
     )
 
     def __init__(self) -> None:
-        self.given: list[dict[str, Any]] = []
-        self.timestamps: list[str | None] = []
         self.public: list[dict[str, Any] | None] = []
+        self._given: dict[int, dict[str, Any]] = {}
+        """Seq -> the message as given, where that is not ``public[seq]`` itself."""
+        self.timestamps: dict[int, str] = {}
+        """Seq -> the timestamp ``add_message`` stamped (only where it stamped one)."""
         self.kind_infos: list[MessageInfo] = []
         """Each message's ``MessageInfo`` without ids (``without_ids``), shared."""
-        self.call_ids: list[tuple[str, ...]] = []
-        self.result_ids: list[tuple[str, ...]] = []
+        self.call_ids: dict[int, tuple[str, ...]] = {}
+        """Seq -> the ids of the message's tool calls (only where it declares some)."""
+        self.result_ids: dict[int, tuple[str, ...]] = {}
+        """Seq -> the ids the message answers (only where it answers some)."""
         self._shared: dict[MessageInfo, MessageInfo] = {}
         self.tokens = array("q")
         self.kinds = bytearray()
@@ -153,15 +160,32 @@ class Entries:
         self.has_metadata = bytearray()
 
     def __len__(self) -> int:
-        return len(self.given)
+        return len(self.public)
+
+    def given(self, seq: int) -> dict[str, Any]:
+        """The message of ``seq`` as given (after the ingress cap): the store's own dict."""
+        given = self._given.get(seq)
+        if given is not None:
+            return given
+        public = self.public[seq]
+        assert public is not None  # a message with no public form is in ``_given``
+        return public
+
+    def givens(self, start: int, end: int) -> list[dict[str, Any]]:
+        """``given(seq)`` for the seqs ``start`` to ``end``, as a new list."""
+        forms = self.public[start:end]
+        for seq, given in self._given.items():
+            if start <= seq < end:
+                forms[seq - start] = given
+        return forms  # type: ignore[return-value]  # every None was replaced above
 
     def entry(self, seq: int) -> Entry:
         """The entry of ``seq`` (a new ``Entry``; the columns are the record)."""
         return make_entry(
             (
                 seq,
-                self.given[seq],
-                self.timestamps[seq],
+                self.given(seq),
+                self.timestamps.get(seq),
                 self.public[seq],
                 self.info(seq),
                 self.tokens[seq],
@@ -172,36 +196,43 @@ class Entries:
 
     def __getitem__(self, index: int) -> Entry:
         if index < 0:
-            index += len(self.given)
-        if not 0 <= index < len(self.given):
+            index += len(self.public)
+        if not 0 <= index < len(self.public):
             raise IndexError("entry index out of range")
         return self.entry(index)
 
     def __iter__(self) -> Iterator[Entry]:
-        return map(self.entry, range(len(self.given)))
+        return map(self.entry, range(len(self.public)))
 
     def append(self, entry: Entry) -> None:
         """Record ``entry`` (its seq is the next index)."""
         info = entry.info
         kind = without_ids(info)
         kind = self._shared.setdefault(kind, kind)  # (the one step that can fail: first)
-        self.given.append(entry.given)
-        self.timestamps.append(entry.timestamp)
+        seq = len(self.public)
         self.public.append(entry.public)
+        if entry.given is not entry.public:
+            self._given[seq] = entry.given
+        if entry.timestamp is not None:
+            self.timestamps[seq] = entry.timestamp
         self.kind_infos.append(kind)
-        self.call_ids.append(info.call_ids)
-        self.result_ids.append(info.result_ids)
+        if info.call_ids:
+            self.call_ids[seq] = info.call_ids
+        if info.result_ids:
+            self.result_ids[seq] = info.result_ids
         self.tokens.append(entry.tokens)
         self.kinds.append(entry.kind)
         self.has_metadata.append(entry.has_metadata)
 
     def info(self, seq: int) -> MessageInfo:
         """The ``MessageInfo`` of ``seq`` (new when it carries ids)."""
-        return with_ids(self.kind_infos[seq], self.call_ids[seq], self.result_ids[seq])
+        return with_ids(
+            self.kind_infos[seq], self.call_ids.get(seq, ()), self.result_ids.get(seq, ())
+        )
 
     def stored(self, seq: int) -> dict[str, Any]:
         """The message of ``seq`` as ``get_messages`` returns it (see ``stored_form``)."""
-        return _stored(seq, self.given[seq], self.timestamps[seq])
+        return _stored(seq, self.given(seq), self.timestamps.get(seq))
 
 
 class EntryKind(enum.IntEnum):

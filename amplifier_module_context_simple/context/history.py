@@ -178,7 +178,7 @@ class History(HistoryIndexes):
         or the results answering calls the open run renamed), whether it is still a plain
         copy, and the renames of its own calls."""
         if info.call_ids:
-            if not self._declared.isdisjoint(info.call_ids):
+            if not self._declared.keys().isdisjoint(info.call_ids):
                 renames = fresh_ids(info.call_ids, self._declared)
                 return renamed_calls(public, renames), False, renames
             return public, plain, {}
@@ -200,6 +200,7 @@ class History(HistoryIndexes):
         """Append ``entry`` and update every index (the first mutations of an admission)."""
         seq, info = entry.seq, entry.info
         self.entries.append(entry)
+        self._parent.append(seq)  # its own group until a call links it
         self.widest_cap = max(self.widest_cap, max_tool_result_bytes)
         self.next_seq = seq + 1
         self._body_added = entry.tokens if entry.kind == BODY else 0
@@ -243,7 +244,7 @@ class History(HistoryIndexes):
         index = 0
         while index < end:
             if fast:
-                index = first_difference(entries.given[index:end], messages, index, end)
+                index = first_difference(entries.givens(index, end), messages, index, end)
                 if index < end:
                     stored = map(entries.stored, range(index, end))
                     index = first_difference(stored, messages, index, end)
@@ -251,7 +252,7 @@ class History(HistoryIndexes):
                     return True
             message = validate_message(messages[index], index)
             capped = cap_tool_result(message, max_tool_result_bytes)[0]
-            if as_seen(entries.given[index]) != as_seen(capped):
+            if as_seen(entries.given(index)) != as_seen(capped):
                 return False
             index += 1
         return True
@@ -272,8 +273,8 @@ class History(HistoryIndexes):
                 end = len(self.order)
                 self._run = Run(seq, dict.fromkeys(info.call_ids), end, end, renames)
                 self.unanswered[seq] = set(info.call_ids)
-                self._declared.update(info.call_ids)
-                self._declared.update(renames.values())
+                self._declared.update(dict.fromkeys(info.call_ids))
+                self._declared.update(dict.fromkeys(renames.values()))
             return
         run = self._run
         if run is None or not in_place:

@@ -11,7 +11,7 @@ the stored one. The stored history keeps the ids as they were given.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any, Final
 
 from .formats import rename_calls, rename_results
@@ -27,7 +27,7 @@ __all__ = (
 RENAMED_KEY: Final = "renamed_tool_call_ids"
 
 
-def fresh_ids(call_ids: tuple[str, ...], taken: set[str]) -> dict[str, str]:
+def fresh_ids(call_ids: tuple[str, ...], taken: Container[str]) -> dict[str, str]:
     """New names for the ids in ``call_ids`` that are already ``taken`` (others keep theirs)."""
     renames: dict[str, str] = {}
     for call_id in call_ids:

@@ -9,6 +9,7 @@ union-find's path compression.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 from .entries import Entries, Synthesized, marker_owner
@@ -40,15 +41,16 @@ class HistoryIndexes:
 
     entries: Entries = field(default_factory=Entries)
     next_seq: int = 0
-    # union-find over seqs: messages linked through tool ids form one group
-    _parent: dict[int, int] = field(default_factory=dict)
+    # union-find over seqs: messages linked through tool ids form one group (a seq's
+    # parent, itself when it is a root; numbers in an array, nothing for the collector)
+    _parent: array[int] = field(default_factory=lambda: array("q"))
     # assistant seq -> ids of its calls that no admitted result answers
     unanswered: dict[int, set[str]] = field(default_factory=dict)
     first_human: int | None = None
     last_human: int | None = None
     # reminder body -> seq of the newest persisted envelope carrying it
     latest_envelope: dict[str, int] = field(default_factory=dict)
-    order: list[int] = field(default_factory=list)
+    order: array[int] = field(default_factory=lambda: array("q"))
     """Display order of the messages views can show (see ``history.py``'s docstring)."""
     order_version: int = 0
     synthesized: dict[int, Synthesized] = field(default_factory=dict)
@@ -56,9 +58,11 @@ class HistoryIndexes:
     _run: Run | None = None
     released_at: dict[int, int] = field(default_factory=dict)
     """Held notes -> the seq from which views show them (see ``position_seq``)."""
-    _declared: set[str] = field(default_factory=set)
-    """Every call id (and view name) declared so far, to make reused ids unique."""
-    body_prefix: list[int] = field(default_factory=lambda: [0])
+    _declared: dict[str, None] = field(default_factory=dict)
+    """Every call id (and view name) declared so far, to make reused ids unique (a dict of
+    strings to None: the collector does not track it, where a set of them is walked on
+    every full collection)."""
+    body_prefix: array[int] = field(default_factory=lambda: array("q", (0,)))
     """``body_prefix[n]``: see ``uncompacted_body_tokens``."""
     _body_added: int = 0
     widest_cap: int = 0
@@ -76,9 +80,9 @@ class HistoryIndexes:
         """The representative seq of the tool group ``seq`` belongs to (itself if none)."""
         parent = self._parent
         root = seq
-        while parent.get(root, root) != root:
+        while parent[root] != root:
             root = parent[root]
-        while parent.get(seq, seq) != root:  # path compression
+        while parent[seq] != root:  # path compression
             parent[seq], seq = root, parent[seq]
         return root
 
@@ -107,7 +111,9 @@ class HistoryIndexes:
         }
         calls, results = self.entries.call_ids, self.entries.result_ids
         open_groups.update(
-            self.group_of(seq) for seq in range(length, len(calls)) if results[seq] or calls[seq]
+            self.group_of(seq)
+            for seq in range(length, len(self.entries))
+            if seq in results or seq in calls
         )
         return frozenset(open_groups)
 

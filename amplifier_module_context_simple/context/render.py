@@ -18,6 +18,7 @@ extends the remembered list in place, in one step, as before.
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, overload
@@ -82,10 +83,12 @@ class _Shown:
     systems: list[dict[str, Any]] = field(default_factory=list)
     system_tokens: int = 0
     body: list[dict[str, Any]] = field(default_factory=list)
-    with_metadata: list[int] = field(default_factory=list)
+    # numbers in arrays: a long view's positions and estimates are nothing for the
+    # collector to walk (a list holds an int object per message)
+    with_metadata: array[int] = field(default_factory=lambda: array("q"))
     body_tokens: int = 0
-    body_token_list: list[int] = field(default_factory=list)
-    system_token_list: list[int] = field(default_factory=list)
+    body_token_list: array[int] = field(default_factory=lambda: array("q"))
+    system_token_list: array[int] = field(default_factory=lambda: array("q"))
     synthesized: int = 0
 
     def copy(self) -> _Shown:
@@ -94,9 +97,9 @@ class _Shown:
             self,
             systems=list(self.systems),
             body=list(self.body),
-            with_metadata=list(self.with_metadata),
-            body_token_list=list(self.body_token_list),
-            system_token_list=list(self.system_token_list),
+            with_metadata=self.with_metadata[:],
+            body_token_list=self.body_token_list[:],
+            system_token_list=self.system_token_list[:],
         )
 
 
@@ -130,8 +133,14 @@ class Renderer:
         is the renderer's own dicts; see ``Rendered.shared``), for a request that only
         reads it and then renders the view it returns.
         """
-        overrides = decisions.overrides
-        intact = protected.intersection(overrides) if overrides else frozenset()
+        # protected messages a decision removed or reduced: shown as admitted
+        intact = (
+            protected.intersection(decisions.overrides).union(
+                protected.intersection(decisions.removed)
+            )
+            if protected and not decisions.is_empty
+            else frozenset()
+        )
         key = (epoch, history.order_version, frozenset(intact), factory_text is not None)
         shown = self._shown
         fresh = (
@@ -152,7 +161,7 @@ class Renderer:
                 # admission may insert into meanwhile), remembered once complete
                 if not fresh:
                     shown = shown.copy()
-                order = list(history.order)
+                order = history.order[:]
                 yield
                 yield from self._extend(shown, history, order, length, intact, factory)
                 self._shown = shown
@@ -160,7 +169,7 @@ class Renderer:
             self._shown = shown
         systems = [copy_message(message) for message in shown.systems]
         system_tokens = shown.system_tokens
-        token_list = shown.system_token_list
+        token_list: Sequence[int] = shown.system_token_list
         if factory_text is not None:
             systems.insert(0, {"role": "system", "content": factory_text})
             factory_tokens = self._factory_tokens(factory_text)
@@ -213,12 +222,12 @@ class Renderer:
     def _extend(
         shown: _Shown,
         history: History,
-        order: list[int],
+        order: Sequence[int],
         length: int,
         intact: frozenset[int],
         factory: bool,
     ) -> Steps[None]:
-        overrides = shown.decisions.overrides
+        overrides, removed = shown.decisions.overrides, shown.decisions.removed
         entries = history.entries
         publics, kinds, all_tokens = entries.public, entries.kinds, entries.tokens
         with_metadata = entries.has_metadata
@@ -243,7 +252,7 @@ class Renderer:
             position += 1
             if item < 0:
                 owner = marker_owner(item)
-                if owner in overrides and overrides[owner] is None and owner not in intact:
+                if owner in removed and owner not in intact:
                     continue  # removed with its call
                 synthesized = history.synthesized[owner]
                 for message, tokens in zip(
@@ -260,11 +269,10 @@ class Renderer:
                 form = publics[item]
                 tokens = all_tokens[item]
                 has_metadata = with_metadata[item]
+                if item in removed and item not in intact:
+                    continue
                 if item in overrides and item not in intact:
-                    override = overrides[item]
-                    if override is None:
-                        continue  # removed
-                    form, tokens = override
+                    form, tokens = overrides[item]
                     has_metadata = True
                 if has_metadata:
                     shown.with_metadata.append(len(body))
@@ -284,7 +292,7 @@ class _Concat(Sequence[int]):
 
     __slots__ = ("_first", "_second")
 
-    def __init__(self, first: list[int], second: list[int]) -> None:
+    def __init__(self, first: Sequence[int], second: Sequence[int]) -> None:
         self._first, self._second = first, second
 
     def __len__(self) -> int:

@@ -221,7 +221,7 @@ class ContextStore:
             truncated=decisions.truncated,
             stubbed=decisions.stubbed,
             level=decisions.level,
-            overrides=freeze(dict(decisions.overrides)),
+            overrides=freeze(decisions.shown()),
             floor_reported=decisions.floor_reported,
             stats=freeze(stats),
             meter=freeze(meter_stats),

@@ -328,6 +328,7 @@ def test_removal_supersedes_reduced_forms() -> None:
     ladder.level = 1
     merged = start.merged(ladder)
     assert merged.removed == {1} and merged.truncated == {2, 3}
-    assert merged.overrides[1] is None and merged.overrides[3] == reduced
+    assert 1 not in merged.overrides and merged.overrides[3] == reduced
+    assert merged.shown() == {1: None, 2: reduced, 3: reduced}
     assert merged.level == 2 and merged.stats is stats
     assert start.truncated == {1, 2}, "merging must not change the original"

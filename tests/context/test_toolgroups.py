@@ -342,7 +342,7 @@ def test_history_links_groups_and_tracks_unanswered_calls() -> None:
     assert history.unanswered == {1: {"o1"}}  # 3 is answered: it has no entry
     assert list(history.synthesized) == [1]
     assert history.synthesized[1].call_ids == ("o1",) and history.synthesized[1].closed_at == 3
-    assert history.order == [0, 1, 2, synthesized_marker(1), 3, 4]
+    assert list(history.order) == [0, 1, 2, synthesized_marker(1), 3, 4]
     history.admit(calls("amplifier", ["m1", "m2"]), max_tool_result_bytes=131_072, stamp_time=False)
     assert history.unanswered[7] == {"m1", "m2"} and 7 not in history.synthesized
 
