@@ -174,6 +174,9 @@ class Compactor:
         # long removed). What this ladder remembers is which reductions gave nothing, so a
         # later pass over the same message does not compute them again.
         forms: _Forms = set()
+        # One width for the whole run: a reduced form is made again when the decisions
+        # take it (``Ladder._form``), and must come out the same.
+        chars = config.truncate_chars
         return Ladder(
             rows=rows,
             total=system_tokens + sum(rows.tokens),
@@ -181,16 +184,18 @@ class Compactor:
             protected=protected,
             incomplete_groups=incomplete,
             params=LadderParams(config.protected_recent, config.protected_tool_results),
-            truncate=lambda seq: self._truncated(history, forms, seq),
+            truncate=lambda seq: self._truncated(history, forms, seq, chars),
             stub=lambda seq: self._stubbed(history, forms, seq),
-            truncate_protected=lambda seq: self._truncated(history, forms, seq, protected=True),
+            truncate_protected=lambda seq: self._truncated(
+                history, forms, seq, chars, protected=True
+            ),
         )
 
+    @staticmethod
     def _truncated(
-        self, history: History, forms: _Forms, seq: int, *, protected: bool = False
+        history: History, forms: _Forms, seq: int, chars: int, *, protected: bool = False
     ) -> Form | None:
         kind = "protected" if protected else "truncated"
-        chars = self._config().truncate_chars
         key = (seq, kind, chars)
         if key in forms:
             return None
@@ -202,7 +207,8 @@ class Compactor:
             forms.add(key)
         return form
 
-    def _stubbed(self, history: History, forms: _Forms, seq: int) -> Form | None:
+    @staticmethod
+    def _stubbed(history: History, forms: _Forms, seq: int) -> Form | None:
         key = (seq, "stubbed", 0)
         if key in forms:
             return None

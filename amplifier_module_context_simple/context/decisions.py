@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .ladder import Form, Ladder
-from .slices import STRIDE, Steps, run_through
+from .slices import HEAVY_STRIDE, STRIDE, Steps, run_through
 from .stats import CompactionStats
 
 __all__ = ("Decisions",)
@@ -72,8 +72,9 @@ class Decisions:
                 yield
             if seq not in ladder.removed:
                 overrides[seq] = form
+        # (a form may be made here, tens of microseconds apiece: ``Ladder._form``)
         for index, (seq, form) in enumerate(ladder.reduced_forms()):
-            if index % _CHUNK == _CHUNK - 1:
+            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
                 yield
             overrides[seq] = form
         return Decisions(

@@ -86,12 +86,15 @@ _DROPPED: Final[dict[str, Any]] = {}
 must not keep its reduced form alive (``Ladder._drop``)."""
 
 # Form codes (``Rows.form``). REMOVED is the ladder's own: a removed row keeps its place
-# in the columns (scopes list rows by number) and leaves the live order.
+# in the columns (scopes list rows by number) and leaves the live order. A reduced row's
+# code also says which reduction made it (PROTECTED: ``truncate_protected``), so that its
+# form can be made again (``Ladder._form``).
 _FULL: Final = 0
 _TRUNCATED: Final = 1
 _STUBBED: Final = 2
 _REMOVED: Final = 3
-_FORM_NAMES: Final[tuple[FormName, ...]] = ("full", "truncated", "stubbed")
+_PROTECTED: Final = 4
+_FORM_NAMES: Final[tuple[FormName, ...]] = ("full", "truncated", "stubbed", "full", "truncated")
 _FORM_CODES: Final[dict[str, int]] = {"full": _FULL, "truncated": _TRUNCATED, "stubbed": _STUBBED}
 
 # Flag bits (``Rows.flags``).
@@ -290,8 +293,14 @@ class Ladder:
     live: array[int] = field(init=False)
     """The rows still in the view, in view order (positions index this)."""
     _reduced: dict[int, Form] = field(default_factory=dict)
-    """Seq -> the reduced form this ladder made and still shows (shared with the
-    decisions, so that merging allocates nothing per message)."""
+    """Seq -> the reduced form of a message this ladder reduced and still shows, once a
+    merge (or ``view_items``) asked for it; shared with the decisions from then on.
+
+    A rung keeps only a reduced message's estimate: its form is made again when the
+    decisions take it (``_form``). A compacting request at 16k messages truncates
+    thousands of old results that a later rung of the same request removes; kept, their
+    forms (three tracked objects each) lived through the request's collections and grew
+    each full pass that fell inside it, for nothing."""
     _scopes: dict[int, _Scope] = field(default_factory=dict)
     """Each applied rung's frozen scope and progress."""
 
@@ -320,33 +329,59 @@ class Ladder:
     def reduced_forms(self) -> Iterator[tuple[int, Form]]:
         """``(seq, form)`` of every message this ladder truncated or stubbed and still
         shows, in view order."""
-        rows, reduced, truncated, stubbed = self.rows, self._reduced, self.truncated, self.stubbed
-        seqs = rows.seq
+        seqs, truncated, stubbed = self.rows.seq, self.truncated, self.stubbed
         for row in self.live:
             seq = seqs[row]
             if seq in truncated or seq in stubbed:
-                form = reduced.get(seq)
-                yield seq, form if form is not None else (rows.message[row], rows.tokens[row])
+                yield seq, self._form(row)
+
+    def _form(self, row: int) -> Form:
+        """The reduced form of the message at ``row``, made again by the reduction that
+        made it (the reductions are pure functions of the admitted message) and kept from
+        then on; the row's message and estimate when none is known."""
+        rows = self.rows
+        seq = rows.seq[row]
+        form = self._reduced.get(seq)
+        if form is not None:
+            return form
+        code = rows.form[row]
+        make = {_TRUNCATED: self.truncate, _STUBBED: self.stub, _PROTECTED: self.truncate_protected}
+        reduce = make.get(code)
+        form = None if reduce is None else reduce(seq)
+        if form is None:  # (a row given to the ladder already reduced, as tests build)
+            return rows.message[row], rows.tokens[row]
+        if form[1] != rows.tokens[row]:
+            raise AssertionError(f"the reduction of seq {seq} made another form the second time")
+        self._reduced[seq] = form
+        return form
 
     def view_items(self) -> list[Item]:
         """The view's messages as ``Item`` records, built on access (tests, diagnostics:
         the ladder's own work never builds them)."""
-        rows = self.rows
-        return [
-            Item(
-                rows.seq[row],
-                rows.info[row],
-                rows.message[row],
-                rows.tokens[row],
-                rows.group[row],
-                _FORM_NAMES[rows.form[row]],
-                rows.synthesized.get(row, 0),
-                self._reduced.get(rows.seq[row]),
-                has_calls=bool(rows.flags[row] & _CALLS),
-                has_results=bool(rows.flags[row] & _RESULTS),
+        rows, made = self.rows, self._made
+        items = []
+        for row in self.live:
+            reduced = self._form(row) if rows.seq[row] in made else None
+            items.append(
+                Item(
+                    rows.seq[row],
+                    rows.info[row],
+                    rows.message[row] if reduced is None else reduced[0],
+                    rows.tokens[row],
+                    rows.group[row],
+                    _FORM_NAMES[rows.form[row]],
+                    rows.synthesized.get(row, 0),
+                    reduced,
+                    has_calls=bool(rows.flags[row] & _CALLS),
+                    has_results=bool(rows.flags[row] & _RESULTS),
+                )
             )
-            for row in self.live
-        ]
+        return items
+
+    @property
+    def _made(self) -> set[int]:
+        """Seqs this ladder reduced and still shows."""
+        return self.truncated | self.stubbed
 
     # -- drivers ---------------------------------------------------------------
 
@@ -496,7 +531,7 @@ class Ladder:
                 return
             form = reduce(seqs[row])
             if form is not None and form[1] < tokens[row]:
-                self._replace(row, form, _TRUNCATED)
+                self._replace(row, form, _PROTECTED)
                 self.truncated.add(seqs[row])
                 self.floor_truncated.add(seqs[row])
 
@@ -569,12 +604,14 @@ class Ladder:
     # -- operations ------------------------------------------------------------
 
     def _replace(self, row: int, form: Form, code: int) -> None:
-        message, tokens = form
+        """Show the message at ``row`` reduced (``code``) to ``form``: its estimate is kept,
+        the form itself only when the decisions ask for it (``_reduced``)."""
         rows = self.rows
+        tokens = form[1]
         self.edits += 1
         self.total += tokens - rows.tokens[row]
-        rows.message[row], rows.tokens[row], rows.form[row] = message, tokens, code
-        self._reduced[rows.seq[row]] = form
+        rows.tokens[row], rows.form[row] = tokens, code
+        self._reduced.pop(rows.seq[row], None)
 
     # -- the rungs' phases: a scope frozen at the first application, then a run ------
 
