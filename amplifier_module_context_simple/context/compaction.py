@@ -108,7 +108,8 @@ class Compactor:
     ) -> Steps[Ladder]:
         """A ``Ladder`` over the working view of ``plan`` under ``decisions``, as steps."""
         entries = history.entries
-        kinds, publics, all_tokens = entries.kind_infos, entries.public, entries.tokens
+        kinds, kind_codes = entries.kind_table, entries.kind_codes
+        publics, all_tokens = entries.public, entries.tokens
         call_ids, result_ids = entries.call_ids, entries.result_ids
         protected = plan.protected | extra_protected
         overrides, removed = decisions.overrides, decisions.removed
@@ -134,7 +135,7 @@ class Compactor:
                     rows.add_synthesized(owner, synthesized.tokens, len(synthesized.call_ids))
                 continue
             seq = position_item
-            kind = kinds[seq]
+            kind = kinds[kind_codes[seq]]
             if kind.is_system:
                 if plan.factory_text is None or kind.is_hook_system:
                     system_tokens += all_tokens[seq]

@@ -117,8 +117,9 @@ class Entries:
     A history of many thousands of messages is long-lived, so what it holds per message is
     what the interpreter's collector walks on every full collection. As columns, the
     entries add no collector-tracked object of their own per message: the per-message
-    values are the public form, the message's kind (a ``MessageInfo`` without ids, shared
-    by every message of that kind), and untracked numbers and flags. The rest is sparse, in
+    values are the public form and untracked numbers and flags, the message's kind among
+    them (a number into ``kind_table``: one ``MessageInfo`` without ids per kind of
+    message, shared). The rest is sparse, in
     dicts keyed by seq: the caller's message as given (the store's own copy of its top
     level) only where it is not the public form itself (most messages have one dict for
     both), the stamped timestamps (strings: a dict of them is not tracked), and the call
@@ -133,7 +134,8 @@ class Entries:
         "_shared",
         "call_ids",
         "has_metadata",
-        "kind_infos",
+        "kind_codes",
+        "kind_table",
         "kinds",
         "public",
         "result_ids",
@@ -147,13 +149,17 @@ class Entries:
         """Seq -> the message as given, where that is not ``public[seq]`` itself."""
         self.timestamps: dict[int, str] = {}
         """Seq -> the timestamp ``add_message`` stamped (only where it stamped one)."""
-        self.kind_infos: list[MessageInfo] = []
-        """Each message's ``MessageInfo`` without ids (``without_ids``), shared."""
+        self.kind_table: list[MessageInfo] = []
+        """Every kind of message admitted so far: a ``MessageInfo`` without ids
+        (``without_ids``), once each."""
+        self.kind_codes = array("I")
+        """Each message's kind, as its index in ``kind_table``."""
         self.call_ids: dict[int, tuple[str, ...]] = {}
         """Seq -> the ids of the message's tool calls (only where it declares some)."""
         self.result_ids: dict[int, tuple[str, ...]] = {}
         """Seq -> the ids the message answers (only where it answers some)."""
-        self._shared: dict[MessageInfo, MessageInfo] = {}
+        self._shared: dict[MessageInfo, int] = {}
+        """Kind -> its index in ``kind_table``."""
         self.tokens = array("q")
         self.kinds = bytearray()
         """``EntryKind`` values."""
@@ -208,14 +214,17 @@ class Entries:
         """Record ``entry`` (its seq is the next index)."""
         info = entry.info
         kind = without_ids(info)
-        kind = self._shared.setdefault(kind, kind)  # (the one step that can fail: first)
+        code = self._shared.get(kind)  # (hashing is the one step that can fail: first)
+        if code is None:
+            code = self._shared[kind] = len(self.kind_table)
+            self.kind_table.append(kind)
         seq = len(self.public)
         self.public.append(entry.public)
         if entry.given is not entry.public:
             self._given[seq] = entry.given
         if entry.timestamp is not None:
             self.timestamps[seq] = entry.timestamp
-        self.kind_infos.append(kind)
+        self.kind_codes.append(code)
         if info.call_ids:
             self.call_ids[seq] = info.call_ids
         if info.result_ids:
@@ -226,9 +235,11 @@ class Entries:
 
     def info(self, seq: int) -> MessageInfo:
         """The ``MessageInfo`` of ``seq`` (new when it carries ids)."""
-        return with_ids(
-            self.kind_infos[seq], self.call_ids.get(seq, ()), self.result_ids.get(seq, ())
-        )
+        return with_ids(self.kind(seq), self.call_ids.get(seq, ()), self.result_ids.get(seq, ()))
+
+    def kind(self, seq: int) -> MessageInfo:
+        """The ``MessageInfo`` of ``seq`` without ids (shared by every message of its kind)."""
+        return self.kind_table[self.kind_codes[seq]]
 
     def stored(self, seq: int) -> dict[str, Any]:
         """The message of ``seq`` as ``get_messages`` returns it (see ``stored_form``)."""

@@ -169,11 +169,13 @@ class RequestPolicy:
 
     def developer_seqs(self, plan: RequestPlan) -> Steps[frozenset[int]]:
         """Seqs of developer messages (protected on the negotiated path only), as steps."""
-        kinds = plan.history.entries.kind_infos
+        entries = plan.history.entries
+        developer = [kind.is_developer for kind in entries.kind_table]
+        codes = entries.kind_codes
         seqs: set[int] = set()
         for start in range(0, plan.length, 1024):
             end = min(start + 1024, plan.length)
-            seqs.update(seq for seq in range(start, end) if kinds[seq].is_developer)
+            seqs.update(seq for seq in range(start, end) if developer[codes[seq]])
             yield
         return frozenset(seqs)
 
