@@ -91,6 +91,12 @@ class Footprint:
     first_request: float
     """Median wall seconds of ``set_messages`` + the first (compacting) request."""
     lags: tuple[Lag, ...]
+    refs_startup: int = 0
+    """References the collector walks (``walked``) before the history is decoded."""
+    refs_alone: int = 0
+    refs_loaded: int = 0
+    refs_ten: int = 0
+    """The same with the ten managers of the 10-session rows loaded."""
 
     @property
     def added_per_message(self) -> float:
@@ -100,6 +106,14 @@ class Footprint:
     def caller_per_message(self) -> float:
         """The caller's decoded messages' own tracked objects, per message."""
         return (self.objects_alone - self.objects_startup) / self.n
+
+    @property
+    def refs_added_per_message(self) -> float:
+        return (self.refs_loaded - self.refs_alone) / self.n
+
+    @property
+    def refs_caller_per_message(self) -> float:
+        return (self.refs_alone - self.refs_startup) / self.n
 
     def lag(self, sessions: int, frozen: bool) -> Lag | None:
         return next((g for g in self.lags if (g.sessions, g.frozen) == (sessions, frozen)), None)
@@ -112,6 +126,14 @@ def tracked() -> int:
     """Tracked objects once the collector has freed what it can."""
     gc.collect()
     return len(gc.get_objects())
+
+
+def walked() -> int:
+    """References the collector walks in a full collection once it has freed what it can:
+    everything every tracked object holds (``gc.get_referents``). A count, not a time: the
+    machine-independent side of the collection timings."""
+    gc.collect()
+    return sum(map(len, map(gc.get_referents, gc.get_objects())))
 
 
 def budget_of(history: Messages) -> int:
@@ -231,22 +253,30 @@ async def measure(text: str) -> Footprint:
     """Every figure of the history ``text`` holds (JSON), measured in a fresh interpreter
     that has imported the module and ``benchmarks.load`` and nothing else (see ``run``)."""
     await warm_up(text)
-    startup = tracked()
+    startup, refs_startup = tracked(), walked()
     gc_startup = _collect_times()
     history = json.loads(text)  # the caller's messages, as a resumed session decodes them
     budget = budget_of(history)
-    alone = tracked()
+    alone, refs_alone = tracked(), walked()
     gc_alone = _collect_times()
     peak = await _peak(history, budget)
     set_messages, first_request = await _resume(history, budget)
     stores = [await load(history, budget)]
-    loaded = tracked()
+    loaded, refs_loaded = tracked(), walked()
     gc_loaded = _collect_times()
     lags = []
+    refs_ten = 0
     for count in SESSIONS:
         while len(stores) < count:
             stores.append(await load(history, budget))
+        if count == 10:
+            refs_ten = walked()
         lags += [await lag(stores, budget, frozen=frozen) for frozen in (False, True)]
+    # Each full-collection time is the fastest at two moments (a collection's time drifts
+    # as the collector reorders what it walks): loaded again with the first manager alone,
+    # and the messages alone again once no manager is left.
+    del stores[1:]
+    gc_loaded = _collect_times(gc_loaded)
     del stores
     gc_alone = _collect_times(gc_alone)
     return Footprint(  # noqa: ASYNC910 - nothing cancels the benchmark
@@ -262,6 +292,10 @@ async def measure(text: str) -> Footprint:
         set_messages=set_messages,
         first_request=first_request,
         lags=tuple(lags),
+        refs_startup=refs_startup,
+        refs_alone=refs_alone,
+        refs_loaded=refs_loaded,
+        refs_ten=refs_ten,
     )
 
 
@@ -335,6 +369,18 @@ def rows(results: Sequence[Footprint]) -> list[list[str]]:
         row(
             "peak, set_messages + compacting request [MiB] / JSON size",
             lambda r: f"{_mib(r.peak)} / {r.peak / r.json_chars:.2f}x",
+        ),
+        row(
+            "references the collector walks/message: module's (caller's)",
+            lambda r: f"{r.refs_added_per_message:.2f} ({r.refs_caller_per_message:.2f})",
+        ),
+        row(
+            "  whole process: loaded / messages alone; 10 sessions / 1",
+            lambda r: (
+                f"{r.refs_loaded / r.refs_alone:.2f}x; {r.refs_ten / r.refs_loaded:.2f}x"
+                if r.refs_alone and r.refs_loaded
+                else "-"
+            ),
         ),
         row(
             "full gc.collect(), whole process: loaded / messages alone, CPU [ms]",
@@ -434,13 +480,19 @@ LEGEND: Final = """\
   (set_messages) and has served one compacting request, view dropped) minus (the same
   with the caller's messages alone), over the messages; in brackets the caller's decoded
   messages' own (alone minus before decoding; JSON decoding leaves dicts of plain values
-  untracked). Peak = tracemalloc's peak over set_messages on a fresh manager + one
+  untracked). References the collector walks: the sum of len(gc.get_referents(o)) over
+  every tracked object after gc.collect() (each is visited twice by a full collection), the
+  module's addition and the caller's per message as above, and the whole process's count
+  loaded (one manager) over the messages alone, and with the ten managers of the
+  10-session rows over one: counts, the same on every machine, beside the timings they
+  explain. Peak = tracemalloc's peak over set_messages on a fresh manager + one
   compacting request (tracing started just before: the caller's messages are not
   counted, the returned view is), over len(json.dumps(history)) (ASCII escapes). The
   existing public module has no copy in this repository: its peak is not measured, only
-  the JSON size is the baseline. Full collection: the fastest CPU time of 9 gc.collect()
-  of the whole process with the loaded manager, over the same with the caller's messages
-  alone (fastest of 18: 9 before the managers exist, 9 once dropped at the end); both
+  the JSON size is the baseline. Full collection: the fastest CPU time of 18 gc.collect()
+  of the whole process with the loaded manager (9 once it is loaded, 9 after the lag rows
+  with the other managers dropped), over the same with the caller's messages alone
+  (fastest of 18: 9 before the managers exist, 9 once all are dropped at the end); both
   include the process's imports, timed alone on the next row (on this machine
   amplifier-core and pydantic alone cost a full collection ~20-40 ms). Resume:
   median wall time of 3 fresh set_messages(history), and of the same plus its first
