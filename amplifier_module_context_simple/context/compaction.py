@@ -31,10 +31,11 @@ from .facts import call_facts
 from .forms import stubbed_form, truncated_form
 from .history import History, marker_owner
 from .ingress import RETRIEVAL_GUIDANCE
-from .ladder import Form, FormName, Ladder, LadderParams, Rows
+from .ladder import Ladder, LadderParams
 from .notice import notice_message
 from .plan import RequestPlan
 from .render import Rendered
+from .rows import Form, FormName, Rows
 from .slices import HEAVY_STRIDE, STRIDE, Steps
 from .stats import CompactionStats
 

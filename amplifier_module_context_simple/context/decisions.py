@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .ladder import Form, Ladder
+from .ladder import Ladder
+from .rows import Form
 from .slices import HEAVY_STRIDE, STRIDE, Steps, run_through
 from .stats import CompactionStats
 

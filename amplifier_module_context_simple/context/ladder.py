@@ -44,7 +44,7 @@ request at 16k messages used to allocate 16k ladder items and a list per tool gr
 tracked by the cyclic collector and alive for the whole request, which made the
 collector's full passes during a compaction twice as long as over the history alone. A
 rung's scope is an array of row numbers; the tool groups are one flat array of rows with
-int offsets (``_Groups``). ``Item`` is a record built on access (``Ladder.view_items``),
+int offsets (``Groups``). ``Item`` is a record built on access (``Ladder.view_items``),
 for tests and diagnostics.
 """
 
@@ -53,26 +53,31 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from .classify import MessageInfo
+from .rows import (
+    CALLS,
+    FORM_NAMES,
+    FULL,
+    PROTECTED,
+    REMOVED,
+    RESULTS,
+    STUBBED,
+    TRUNCATED,
+    Form,
+    Groups,
+    Item,
+    Rows,
+)
 from .slices import HEAVY_STRIDE, STRIDE, Steps, run_through
 
 __all__ = (
     "RUNG_COUNT",
-    "Form",
-    "FormName",
-    "Item",
     "Ladder",
     "LadderParams",
-    "Rows",
 )
 
 
-Form = tuple[dict[str, Any], int]
-"""A reduced message and its token estimate."""
-FormName = Literal["full", "truncated", "stubbed"]
-"""How an item is shown: as admitted, or in one of the reduced forms."""
 Reduce = Callable[[int], Form | None]
 """``(seq) -> Form | None``: a reduced form of the message with that seq, if it shrinks it."""
 
@@ -84,135 +89,6 @@ _CHUNK: Final = 8 * STRIDE
 _DROPPED: Final[dict[str, Any]] = {}
 """The message of a removed row: nothing shows it, and a scope that still lists the row
 must not keep its reduced form alive (``Ladder._drop``)."""
-
-# Form codes (``Rows.form``). REMOVED is the ladder's own: a removed row keeps its place
-# in the columns (scopes list rows by number) and leaves the live order. A reduced row's
-# code also says which reduction made it (PROTECTED: ``truncate_protected``), so that its
-# form can be made again (``Ladder._form``).
-_FULL: Final = 0
-_TRUNCATED: Final = 1
-_STUBBED: Final = 2
-_REMOVED: Final = 3
-_PROTECTED: Final = 4
-_FORM_NAMES: Final[tuple[FormName, ...]] = ("full", "truncated", "stubbed", "full", "truncated")
-_FORM_CODES: Final[dict[str, int]] = {"full": _FULL, "truncated": _TRUNCATED, "stubbed": _STUBBED}
-
-# Flag bits (``Rows.flags``).
-_CALLS: Final = 1
-_RESULTS: Final = 2
-
-
-@dataclass(slots=True)
-class Item:
-    """One message of the working view as a record: what ``Rows.of`` takes and
-    ``Ladder.view_items`` builds on access (the ladder itself holds columns)."""
-
-    seq: int
-    info: MessageInfo
-    """What kind of message it is (its tool ids may be left out: see ``has_calls``)."""
-    message: dict[str, Any]
-    tokens: int
-    group: int
-    form: FormName = "full"
-    synthesized: int = 0
-    """Synthesized results shown with this call message (counted in ``tokens``)."""
-    reduced: Form | None = None
-    """The ``(message, tokens)`` pair of the reduced form this ladder made, if any."""
-    has_calls: bool = False
-    """The message declares tool calls (the ladder needs no more of its ids)."""
-    has_results: bool = False
-    """The message answers tool calls."""
-
-
-class Rows:
-    """The working view's messages as columns, one row each, in view order.
-
-    A row is a message's number in the columns; it never changes (a removed row keeps its
-    number, with the form code REMOVED). The messages and kinds are two lists of shared
-    references; everything else is an array or a bytearray, which hold plain numbers:
-    whatever the history's length, the columns are a handful of objects for the collector.
-    """
-
-    __slots__ = ("flags", "form", "group", "info", "message", "seq", "synthesized", "tokens")
-
-    def __init__(self) -> None:
-        self.seq = array("q")
-        self.info: list[MessageInfo] = []
-        self.message: list[dict[str, Any]] = []
-        self.tokens = array("q")
-        self.group = array("q")
-        self.form = bytearray()
-        self.flags = bytearray()
-        self.synthesized: dict[int, int] = {}
-        """Row -> synthesized results shown with that call message (only calls that have
-        some; their tokens are in the row's ``tokens``)."""
-
-    def __len__(self) -> int:
-        return len(self.seq)
-
-    def append(
-        self,
-        seq: int,
-        info: MessageInfo,
-        message: dict[str, Any],
-        tokens: int,
-        group: int,
-        form: FormName = "full",
-        *,
-        has_calls: bool = False,
-        has_results: bool = False,
-    ) -> int:
-        """Add a message at the end of the view; return its row."""
-        row = len(self.seq)
-        self.seq.append(seq)
-        self.info.append(info)
-        self.message.append(message)
-        self.tokens.append(tokens)
-        self.group.append(group)
-        self.form.append(_FORM_CODES[form])
-        self.flags.append((_CALLS if has_calls else 0) | (_RESULTS if has_results else 0))
-        return row
-
-    def add_synthesized(self, row: int, tokens: int, count: int) -> None:
-        """Show ``count`` synthesized results (``tokens`` in all) with the call at ``row``."""
-        self.tokens[row] += tokens
-        self.synthesized[row] = count
-
-    @classmethod
-    def of(cls, items: Iterable[Item]) -> Rows:
-        """Columns holding ``items`` in order (their ``reduced`` pairs are not kept)."""
-        rows = cls()
-        for item in items:
-            row = rows.append(
-                item.seq,
-                item.info,
-                item.message,
-                item.tokens,
-                item.group,
-                item.form,
-                has_calls=item.has_calls,
-                has_results=item.has_results,
-            )
-            if item.synthesized:
-                rows.synthesized[row] = item.synthesized
-        return rows
-
-
-class _Groups:
-    """The live rows of each tool group, in view order: one flat array of rows, sorted by
-    group, and each group's ``[start, end)`` in it (dicts of ints: untracked)."""
-
-    __slots__ = ("_end", "_flat", "_start")
-
-    def __init__(self, start: dict[int, int], end: dict[int, int], flat: array[int]) -> None:
-        self._start, self._end, self._flat = start, end, flat
-
-    def members(self, group: int, row: int) -> Iterable[int]:
-        """The rows of ``group`` (just ``row`` when the group has no tool messages)."""
-        start = self._start.get(group)
-        if start is None:
-            return (row,)
-        return self._flat[start : self._end[group]]
 
 
 @dataclass(slots=True)
@@ -229,7 +105,7 @@ class _Scope:
     rows: array[int] = field(default_factory=lambda: array("q"))
     keep: frozenset[int] = frozenset()
     """Seqs the phase protects (a removal pass's window, rung 8's human bounds)."""
-    groups: _Groups | None = None
+    groups: Groups | None = None
     last_user: int | None = None
     """Rung 8: the seq of the last user turn (never stubbed)."""
     boundary: int = 0
@@ -324,7 +200,7 @@ class Ladder:
     def synthesized(self) -> int:
         """Synthesized results the view shows with the calls left in it."""
         form = self.rows.form
-        return sum(n for row, n in self.rows.synthesized.items() if form[row] != _REMOVED)
+        return sum(n for row, n in self.rows.synthesized.items() if form[row] != REMOVED)
 
     def reduced_forms(self) -> Iterator[tuple[int, Form]]:
         """``(seq, form)`` of every message this ladder truncated or stubbed and still
@@ -345,7 +221,7 @@ class Ladder:
         if form is not None:
             return form
         code = rows.form[row]
-        make = {_TRUNCATED: self.truncate, _STUBBED: self.stub, _PROTECTED: self.truncate_protected}
+        make = {TRUNCATED: self.truncate, STUBBED: self.stub, PROTECTED: self.truncate_protected}
         reduce = make.get(code)
         form = None if reduce is None else reduce(seq)
         if form is None:  # (a row given to the ladder already reduced, as tests build)
@@ -369,11 +245,11 @@ class Ladder:
                     rows.message[row] if reduced is None else reduced[0],
                     rows.tokens[row],
                     rows.group[row],
-                    _FORM_NAMES[rows.form[row]],
+                    FORM_NAMES[rows.form[row]],
                     rows.synthesized.get(row, 0),
                     reduced,
-                    has_calls=bool(rows.flags[row] & _CALLS),
-                    has_results=bool(rows.flags[row] & _RESULTS),
+                    has_calls=bool(rows.flags[row] & CALLS),
+                    has_results=bool(rows.flags[row] & RESULTS),
                 )
             )
         return items
@@ -486,7 +362,7 @@ class Ladder:
                 yield
             if self.fits:
                 break
-            if self._is_user_turn(row) and seqs[row] not in self.protected and forms[row] == _FULL:
+            if self._is_user_turn(row) and seqs[row] not in self.protected and forms[row] == FULL:
                 self._stub(row)
         doomed: set[int] = set()
         groups = yield from self._groups()
@@ -497,7 +373,7 @@ class Ladder:
                 break
             if row in doomed or not self._is_user_turn(row) or self._untouchable(row):
                 continue
-            results = bool(rows.flags[row] & _RESULTS)
+            results = bool(rows.flags[row] & RESULTS)
             members = groups.members(rows.group[row], row) if results else (row,)
             if results and rows.group[row] in self.incomplete_groups:
                 continue
@@ -531,11 +407,11 @@ class Ladder:
                 return
             form = reduce(seqs[row])
             if form is not None and form[1] < tokens[row]:
-                self._replace(row, form, _PROTECTED)
+                self._replace(row, form, PROTECTED)
                 self.truncated.add(seqs[row])
                 self.floor_truncated.add(seqs[row])
 
-    def _remove_oldest(self, groups: _Groups) -> Steps[None]:
+    def _remove_oldest(self, groups: Groups) -> Steps[None]:
         rows = self.rows
         flags, group = rows.flags, rows.group
         doomed: set[int] = set()
@@ -649,17 +525,17 @@ class Ladder:
         rows = self.rows
 
         def truncate(row: int) -> None:
-            if rows.form[row] != _FULL:
+            if rows.form[row] != FULL:
                 return
             seq = rows.seq[row]
             form = self.truncate(seq)
             if form is not None:
-                self._replace(row, form, _TRUNCATED)
+                self._replace(row, form, TRUNCATED)
                 self.truncated.add(seq)
 
         return self._walk(scope, truncate)
 
-    def _groups(self) -> Steps[_Groups]:
+    def _groups(self) -> Steps[Groups]:
         """The live rows of each tool group, by group id, in view order."""
         flags, group = self.rows.flags, self.rows.group
         live = self.live
@@ -684,7 +560,7 @@ class Ladder:
                     flat[end[g]] = row
                     end[g] += 1
             yield
-        return _Groups(begin, end, flat)
+        return Groups(begin, end, flat)
 
     def _keep_seqs(self, fraction: float) -> Steps[frozenset[int]]:
         """The seqs of the rows ``_protected_positions(fraction)`` protects now."""
@@ -742,7 +618,7 @@ class Ladder:
         def stub(row: int) -> None:
             if (
                 rows.seq[row] not in scope.keep
-                and rows.form[row] == _FULL
+                and rows.form[row] == FULL
                 and self._is_user_turn(row)
             ):
                 self._stub(row)
@@ -763,7 +639,7 @@ class Ladder:
             self.edits += 1
             self.total -= columns.tokens[row]
             columns.message[row] = _DROPPED
-            columns.form[row] = _REMOVED
+            columns.form[row] = REMOVED
             self._reduced.pop(seq, None)
             self.removed.add(seq)
             # removal supersedes an earlier reduced form of the same message
@@ -786,7 +662,7 @@ class Ladder:
         seq = self.rows.seq[row]
         form = self.stub(seq)
         if form is not None:
-            self._replace(row, form, _STUBBED)
+            self._replace(row, form, STUBBED)
             self.stubbed.add(seq)
 
     def _last_user_position(self) -> int | None:
@@ -823,7 +699,7 @@ class Ladder:
                 or info.is_result_carrier
                 or seq == scope.last_user
                 or seq in self.protected
-                or rows.form[row] != _FULL
+                or rows.form[row] != FULL
             ):
                 self._stub(row)
 
@@ -849,7 +725,7 @@ class Ladder:
             row = scope.rows[index]
             seq = rows.seq[row]
             if (
-                rows.form[row] == _STUBBED
+                rows.form[row] == STUBBED
                 and seq not in scope.keep
                 and seq not in self.protected
                 and seq not in self.removed

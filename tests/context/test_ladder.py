@@ -22,7 +22,8 @@ from amplifier_module_context_simple.context.classify import classify
 from amplifier_module_context_simple.context.estimate import estimate_message
 from amplifier_module_context_simple.context.forms import stubbed_form, truncated_form
 from amplifier_module_context_simple.context.history import History
-from amplifier_module_context_simple.context.ladder import Item, Ladder, LadderParams, Rows
+from amplifier_module_context_simple.context.ladder import Ladder, LadderParams
+from amplifier_module_context_simple.context.rows import Item, Rows
 from amplifier_module_context_simple.testing import (
     RecordingHooks,
     check_view_invariants,

@@ -19,7 +19,8 @@ from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.classify import classify
 from amplifier_module_context_simple.context.decisions import Decisions
 from amplifier_module_context_simple.context.estimate import estimate_message
-from amplifier_module_context_simple.context.ladder import Item, Ladder, LadderParams, Rows
+from amplifier_module_context_simple.context.ladder import Ladder, LadderParams
+from amplifier_module_context_simple.context.rows import Item, Rows
 from amplifier_module_context_simple.testing import (
     RecordingHooks,
     check_view_invariants,

@@ -54,9 +54,10 @@ import amplifier_module_context_simple.context.store as manager_module
 import amplifier_module_context_simple.negotiator.envelopes as envelopes_module
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.decisions import Decisions
-from amplifier_module_context_simple.context.ladder import Ladder, _Groups
+from amplifier_module_context_simple.context.ladder import Ladder
 from amplifier_module_context_simple.context.policy import RequestPolicy
 from amplifier_module_context_simple.context.render import Rendered
+from amplifier_module_context_simple.context.rows import Groups
 from amplifier_module_context_simple.context.slices import Steps
 from amplifier_module_context_simple.context.store import ContextStore
 from amplifier_module_context_simple.errors import (
@@ -518,13 +519,13 @@ def test_the_state_machine_catches_an_illegal_event_with_an_effect(
 # -- T9/T10 ---------------------------------------------------------------------------------------
 
 
-def ungrouped(self: Ladder) -> Steps[_Groups]:
+def ungrouped(self: Ladder) -> Steps[Groups]:
     """MUTANT: every message is a tool group of its own (pairing ignored)."""
     rows = self.rows
     for row in self.live:
         rows.group[row] = rows.seq[row]
     yield
-    return _Groups({}, {}, array.array("q"))
+    return Groups({}, {}, array.array("q"))
 
 
 def test_the_view_properties_catch_ungrouped_removal(monkeypatch: pytest.MonkeyPatch) -> None:
