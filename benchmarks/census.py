@@ -9,7 +9,8 @@ tracks are taken as they are (every one kept alive, so no id is reused), a manag
 given the history (``set_messages``), and it serves one compacting request (half the
 history's estimated tokens; the view dropped). After each step, with ``gc.collect()``
 first, every tracked object not there before is counted by type: the objects the module
-holds on to, per message. Each type's commonest *shape* says what they are: a tuple's or
+holds on to, per message, and the references they hold (``gc.get_referents``: what a
+full collection follows from them). Each type's commonest *shape* says what they are: a tuple's or
 list's length and its items' types, a dict's keys.
 """
 
@@ -114,24 +115,43 @@ def report(
 ) -> str:
     names = sorted(loaded.keys() | admitted.keys(), key=lambda k: (-loaded[k], k))
     width = max(len("type"), *(len(k) for k in names[:top]))
+    refs = references_by_type(added)
     lines = [
-        f"tracked objects the module added to a {n:,}-message history, by type",
-        f"{'type':<{width}} | {'set_messages':>12} | {'+ request':>10} | {'per msg':>7} | commonest shape",
+        (
+            f"tracked objects the module added to a {n:,}-message history, by type, and the "
+            "references they hold (what a full collection follows)"
+        ),
+        (
+            f"{'type':<{width}} | {'set_messages':>12} | {'+ request':>10} | {'per msg':>7} | "
+            f"{'refs':>7} | commonest shape"
+        ),
     ]
     lines += [
         f"{name:<{width}} | {admitted[name]:>12,} | {loaded[name]:>10,} | "
-        f"{loaded[name] / n:>7.2f} | {commonest_shapes(added, name)}"
+        f"{loaded[name] / n:>7.2f} | {refs[name]:>7,} | {commonest_shapes(added, name)}"
         for name in names[:top]
     ]
     rest = names[top:]
     if rest:
         lines.append(
             f"{f'({len(rest)} more types)':<{width}} | {sum(admitted[k] for k in rest):>12,} | "
-            f"{sum(loaded[k] for k in rest):>10,} | {sum(loaded[k] for k in rest) / n:>7.2f} |"
+            f"{sum(loaded[k] for k in rest):>10,} | {sum(loaded[k] for k in rest) / n:>7.2f} | "
+            f"{sum(refs[k] for k in rest):>7,} |"
         )
     total, after_set = loaded.total(), admitted.total()
-    lines.append(f"{'total':<{width}} | {after_set:>12,} | {total:>10,} | {total / n:>7.2f} |")
+    lines.append(
+        f"{'total':<{width}} | {after_set:>12,} | {total:>10,} | {total / n:>7.2f} | "
+        f"{refs.total():>7,} | {refs.total() / n:.2f} references per message"
+    )
     return "\n".join(lines)
+
+
+def references_by_type(objects: Iterable[object]) -> Counter[str]:
+    """The references (``gc.get_referents``) the objects of each type hold."""
+    refs: Counter[str] = Counter()
+    for o in objects:
+        refs[type_name(o)] += len(gc.get_referents(o))
+    return refs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
