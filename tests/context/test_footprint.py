@@ -86,8 +86,7 @@ async def test_a_loaded_history_adds_under_one_tracked_object_and_five_reference
     assert references / N < 5.0, references / N
 
 
-@pytest.mark.anyio
-async def test_the_per_message_columns_are_nothing_for_the_collector(text: str) -> None:
+def test_the_per_message_columns_are_nothing_for_the_collector(text: str) -> None:
     """The ids, timestamps and declared ids are dicts of strings and of tuples of strings:
     once a full collection has run, the collector tracks none of them (a list of them, or
     a set, it walks in full on every full collection)."""
