@@ -113,7 +113,8 @@ class Compactor:
         publics, all_tokens = entries.public, entries.tokens
         call_ids, result_ids = entries.call_ids, entries.result_ids
         protected = plan.protected | extra_protected
-        overrides, removed = decisions.overrides, decisions.removed
+        overrides, override_tokens = decisions.overrides, decisions.override_tokens
+        removed = decisions.removed
         rows = Rows()
         calls: dict[int, int] = {}  # call messages' rows by seq (see the markers below)
         system_tokens = 0
@@ -148,7 +149,7 @@ class Compactor:
                 if seq in removed:
                     continue
                 if seq in overrides:
-                    message, tokens = overrides[seq]
+                    message, tokens = overrides[seq], override_tokens[seq]
                     form = "truncated" if seq in decisions.truncated else "stubbed"
             assert message is not None
             row = rows.append(

@@ -1,9 +1,10 @@
 """Sticky compaction decisions: what every later view reapplies, keyed by sequence id.
 
 A ``Decisions`` value is never changed once built: the dataclass is frozen and its sets
-are frozensets; ``overrides`` (the reduced forms; a removed message is only in
-``removed``, so a long session's thousands of removals cost one frozenset, not a dict
-entry each for the collector to walk) is a plain dict (``merging`` builds a new one, and a
+are frozensets; ``overrides`` (the reduced messages; their estimates are in
+``override_tokens``, and a removed message is only in ``removed``: a long session's
+thousands of removals cost one frozenset, not a dict entry each for the collector to walk,
+and a reduced message no pair) is a plain dict (``merging`` builds a new one, and a
 read-only copy would cost a pass per message), which nothing writes to afterwards, by
 contract. The store holds the committed one; a compaction run or a negotiation builds a
 new one and the store swaps it in at a commit boundary, so a reader never sees half of a
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .ladder import Ladder
 from .rows import Form
@@ -40,9 +42,11 @@ class Decisions:
     floor_reported: bool = False
     """These decisions reported a protected floor above the target (the storm guard reads
     this, never the event payload)."""
-    overrides: Mapping[int, Form] = field(default_factory=dict)
-    """seq -> reduced form (of a message in ``truncated`` or ``stubbed``): what the
+    overrides: Mapping[int, dict[str, Any]] = field(default_factory=dict)
+    """seq -> reduced message (of a message in ``truncated`` or ``stubbed``): what the
     renderer substitutes. A removed message has none: it is in ``removed``."""
+    override_tokens: Mapping[int, int] = field(default_factory=dict)
+    """seq -> the estimate of its reduced message (a dict of ints: never tracked)."""
 
     @property
     def is_empty(self) -> bool:
@@ -55,7 +59,9 @@ class Decisions:
     def shown(self) -> dict[int, Form | None]:
         """Every decision by seq: the reduced form, or None for a removed message (the
         shape ``ContextStore.observable_state`` reports)."""
-        return {**dict.fromkeys(self.removed), **self.overrides}
+        tokens = self.override_tokens
+        reduced = {seq: (message, tokens[seq]) for seq, message in self.overrides.items()}
+        return {**dict.fromkeys(self.removed), **reduced}
 
     def merged(self, ladder: Ladder) -> Decisions:
         """These decisions plus what ``ladder`` decided (stats and floor unchanged)."""
@@ -67,17 +73,20 @@ class Decisions:
         truncated = (self.truncated | ladder.truncated) - removed
         stubbed = (self.stubbed | ladder.stubbed) - removed
         yield
-        overrides: dict[int, Form] = {}
-        for index, (seq, form) in enumerate(self.overrides.items()):
+        overrides: dict[int, dict[str, Any]] = {}
+        override_tokens: dict[int, int] = {}
+        for index, (seq, message) in enumerate(self.overrides.items()):
             if index % _CHUNK == _CHUNK - 1:
                 yield
             if seq not in ladder.removed:
-                overrides[seq] = form
+                overrides[seq] = message
+                override_tokens[seq] = self.override_tokens[seq]
         # (a form may be made here, tens of microseconds apiece: ``Ladder._form``)
-        for index, (seq, form) in enumerate(ladder.reduced_forms()):
+        for index, (seq, message, tokens) in enumerate(ladder.reduced_forms()):
             if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
                 yield
-            overrides[seq] = form
+            overrides[seq] = message
+            override_tokens[seq] = tokens
         return Decisions(
             removed=frozenset(removed),
             truncated=frozenset(truncated),
@@ -86,4 +95,5 @@ class Decisions:
             stats=self.stats,
             floor_reported=self.floor_reported,
             overrides=overrides,
+            override_tokens=override_tokens,
         )

@@ -168,9 +168,9 @@ class Ladder:
     """Reductions made so far (a removal that supersedes a reduced form counts too)."""
     live: array[int] = field(init=False)
     """The rows still in the view, in view order (positions index this)."""
-    _reduced: dict[int, Form] = field(default_factory=dict)
-    """Seq -> the reduced form of a message this ladder reduced and still shows, once a
-    merge (or ``view_items``) asked for it; shared with the decisions from then on.
+    _reduced: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Seq -> the reduced message of a message this ladder reduced and still shows, once
+    a merge (or ``view_items``) asked for it; shared with the decisions from then on.
 
     A rung keeps only a reduced message's estimate: its form is made again when the
     decisions take it (``_form``). A compacting request at 16k messages truncates
@@ -202,34 +202,35 @@ class Ladder:
         form = self.rows.form
         return sum(n for row, n in self.rows.synthesized.items() if form[row] != REMOVED)
 
-    def reduced_forms(self) -> Iterator[tuple[int, Form]]:
-        """``(seq, form)`` of every message this ladder truncated or stubbed and still
-        shows, in view order."""
-        seqs, truncated, stubbed = self.rows.seq, self.truncated, self.stubbed
+    def reduced_forms(self) -> Iterator[tuple[int, dict[str, Any], int]]:
+        """``(seq, message, tokens)`` of every message this ladder truncated or stubbed
+        and still shows, in view order: its reduced message and that message's estimate."""
+        rows, truncated, stubbed = self.rows, self.truncated, self.stubbed
+        seqs, tokens = rows.seq, rows.tokens
         for row in self.live:
             seq = seqs[row]
             if seq in truncated or seq in stubbed:
-                yield seq, self._form(row)
+                yield seq, self._form(row), tokens[row]
 
-    def _form(self, row: int) -> Form:
-        """The reduced form of the message at ``row``, made again by the reduction that
-        made it (the reductions are pure functions of the admitted message) and kept from
-        then on; the row's message and estimate when none is known."""
+    def _form(self, row: int) -> dict[str, Any]:
+        """The reduced message at ``row``, made again by the reduction that made it (the
+        reductions are pure functions of the admitted message) and kept from then on; the
+        row's message when none is known."""
         rows = self.rows
         seq = rows.seq[row]
-        form = self._reduced.get(seq)
-        if form is not None:
-            return form
+        message = self._reduced.get(seq)
+        if message is not None:
+            return message
         code = rows.form[row]
         make = {TRUNCATED: self.truncate, STUBBED: self.stub, PROTECTED: self.truncate_protected}
         reduce = make.get(code)
         form = None if reduce is None else reduce(seq)
         if form is None:  # (a row given to the ladder already reduced, as tests build)
-            return rows.message[row], rows.tokens[row]
+            return rows.message[row]
         if form[1] != rows.tokens[row]:
             raise AssertionError(f"the reduction of seq {seq} made another form the second time")
-        self._reduced[seq] = form
-        return form
+        message = self._reduced[seq] = form[0]
+        return message
 
     def view_items(self) -> list[Item]:
         """The view's messages as ``Item`` records, built on access (tests, diagnostics:
@@ -237,7 +238,7 @@ class Ladder:
         rows, made = self.rows, self._made
         items = []
         for row in self.live:
-            reduced = self._form(row) if rows.seq[row] in made else None
+            reduced = (self._form(row), rows.tokens[row]) if rows.seq[row] in made else None
             items.append(
                 Item(
                     rows.seq[row],

@@ -227,7 +227,12 @@ class Renderer:
         intact: frozenset[int],
         factory: bool,
     ) -> Steps[None]:
-        overrides, removed = shown.decisions.overrides, shown.decisions.removed
+        decisions = shown.decisions
+        overrides, override_tokens, removed = (
+            decisions.overrides,
+            decisions.override_tokens,
+            decisions.removed,
+        )
         entries = history.entries
         publics, kinds, all_tokens = entries.public, entries.kinds, entries.tokens
         with_metadata = entries.has_metadata
@@ -272,7 +277,7 @@ class Renderer:
                 if item in removed and item not in intact:
                     continue
                 if item in overrides and item not in intact:
-                    form, tokens = overrides[item]
+                    form, tokens = overrides[item], override_tokens[item]
                     has_metadata = True
                 if has_metadata:
                     shown.with_metadata.append(len(body))

@@ -70,7 +70,7 @@ class Item:
     synthesized: int = 0
     """Synthesized results shown with this call message (counted in ``tokens``)."""
     reduced: Form | None = None
-    """The ``(message, tokens)`` pair of the reduced form this ladder made, if any."""
+    """The ``(message, tokens)`` of the reduced form this ladder made, if any."""
     has_calls: bool = False
     """The message declares tool calls (the ladder needs no more of its ids)."""
     has_results: bool = False

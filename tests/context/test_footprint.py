@@ -144,17 +144,25 @@ def test_a_rung_keeps_no_form_of_a_message_a_later_rung_removes() -> None:
     messages = dict(enumerate(eight_results()))
     for seq in ladder.truncated:
         form = truncated_form(messages[seq], estimate_message(messages[seq]), 20)
-        assert merged.overrides[seq] == form and shown[seq].tokens == form[1]
-        assert merged.overrides[seq] is shown[seq].reduced, "made twice"
+        assert form is not None
+        assert (merged.overrides[seq], merged.override_tokens[seq]) == form
+        assert shown[seq].tokens == form[1]
+        assert merged.overrides[seq] is shown[seq].message, "made twice"
 
 
-def test_decisions_hold_no_entry_per_removed_message() -> None:
-    """A removal is in ``removed`` only; ``shown`` gives the full picture (the shape
+def test_decisions_hold_no_entry_per_removed_message_and_no_pair_per_reduced_one() -> None:
+    """A removal is in ``removed`` only, a reduced message is kept with its estimate apart
+    (no pair per message); ``shown`` gives the full picture (the shape
     ``observable_state`` reports), and ``hides`` answers for both kinds."""
-    form = ({"role": "tool", "tool_call_id": "a", "content": "cut"}, 3)
-    decisions = Decisions(removed=frozenset({1, 2}), truncated=frozenset({3}), overrides={3: form})
-    assert dict(decisions.overrides) == {3: form}
-    assert decisions.shown() == {1: None, 2: None, 3: form}
+    message = {"role": "tool", "tool_call_id": "a", "content": "cut"}
+    decisions = Decisions(
+        removed=frozenset({1, 2}),
+        truncated=frozenset({3}),
+        overrides={3: message},
+        override_tokens={3: 3},
+    )
+    assert dict(decisions.overrides) == {3: message}
+    assert decisions.shown() == {1: None, 2: None, 3: (message, 3)}
     assert [decisions.hides(seq) for seq in range(5)] == [False, True, True, True, False]
     assert not decisions.is_empty and Decisions(removed=frozenset({1})).is_empty is False
     assert Decisions().is_empty

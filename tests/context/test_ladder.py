@@ -593,7 +593,8 @@ def test_a_removed_item_releases_its_reduced_form() -> None:
     long session's removed forms were megabytes of text held to the end of the request)."""
     ladder = ladder_of(eight_results(), protected_tool_results=1)
     assert ladder.apply(1) and ladder.apply(2)
-    forms = {item.seq: item.reduced for item in ladder.view_items() if item.form == "truncated"}
+    # (view_items makes the forms, and the ladder keeps them from then on, as for a merge)
+    forms = {item.seq: item.message for item in ladder.view_items() if item.form == "truncated"}
     assert set(forms) == set(RESULT_SEQS[0:4])
     for rung in (3, 5, 7):
         ladder.apply(rung)

@@ -311,7 +311,11 @@ def test_removal_supersedes_reduced_forms() -> None:
     message = {"role": "tool", "tool_call_id": "x", "content": "long"}
     reduced = ({**message, "content": "short"}, 1)
     start = Decisions(
-        truncated=frozenset({1, 2}), level=2, overrides={1: reduced, 2: reduced}, stats=stats
+        truncated=frozenset({1, 2}),
+        level=2,
+        overrides={1: reduced[0], 2: reduced[0]},
+        override_tokens={1: 1, 2: 1},
+        stats=stats,
     )
     info = classify(message)
     ladder = Ladder(
@@ -329,7 +333,8 @@ def test_removal_supersedes_reduced_forms() -> None:
     ladder.level = 1
     merged = start.merged(ladder)
     assert merged.removed == {1} and merged.truncated == {2, 3}
-    assert 1 not in merged.overrides and merged.overrides[3] == reduced
+    assert 1 not in merged.overrides and 1 not in merged.override_tokens
+    assert (merged.overrides[3], merged.override_tokens[3]) == reduced
     assert merged.shown() == {1: None, 2: reduced, 3: reduced}
     assert merged.level == 2 and merged.stats is stats
     assert start.truncated == {1, 2}, "merging must not change the original"
