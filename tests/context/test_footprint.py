@@ -54,15 +54,36 @@ def quiet_collector() -> Iterator[None]:
             gc.enable()
 
 
-async def _loaded(messages: list[dict[str, Any]]) -> SimpleContextManager:
-    """A manager holding ``messages`` that served one compacting request (half the
-    history's estimate), its view dropped."""
+async def _loaded(
+    messages: list[dict[str, Any]], *, one_by_one: bool = False
+) -> SimpleContextManager:
+    """A manager holding ``messages`` (set at once, or added one by one as a live session
+    adds them) that served one compacting request (half the history's estimate), its view
+    dropped."""
     store = SimpleContextManager()
-    await store.set_messages(messages)
+    if one_by_one:
+        for message in messages:
+            await store.add_message(message)
+    else:
+        await store.set_messages(messages)
     budget = sum(map(estimate_message, messages)) // 2
     await store.get_messages_for_request(token_budget=budget)
     assert store.last_compaction_stats is not None, "the request must compact"
     return store
+
+
+async def _added_per_message(text: str, *, one_by_one: bool = False) -> tuple[float, float]:
+    """Tracked objects, and the references they hold, that a manager loaded with the JSON
+    history ``text`` adds per message (its one-off lazy state built first, uncounted)."""
+    await _loaded(json.loads(text), one_by_one=one_by_one)
+    messages = json.loads(text)
+    gc.collect()
+    before = {id(o) for o in gc.get_objects()}
+    before.add(id(before))
+    store = await _loaded(messages, one_by_one=one_by_one)
+    added = [o for o in _new_objects(before) if o is not store]
+    references = sum(len(gc.get_referents(o)) for o in added)
+    return len(added) / len(messages), references / len(messages)
 
 
 @pytest.mark.anyio
@@ -75,16 +96,9 @@ async def test_a_loaded_history_adds_under_one_tracked_object_and_five_reference
     (the caller's decoded messages: about 1.5 objects and 5 references a message; at 2k
     messages the module measured 0.80 and 4.39). Before the columns these were 4.2 objects
     and 13.7 references a message."""
-    await _loaded(json.loads(text))  # the module's one-off lazy state, out of the counts
-    messages = json.loads(text)
-    gc.collect()
-    before = {id(o) for o in gc.get_objects()}
-    before.add(id(before))
-    store = await _loaded(messages)
-    added = [o for o in _new_objects(before) if o is not store]
-    references = sum(len(gc.get_referents(o)) for o in added)
-    assert len(added) / N < 1.0, len(added) / N
-    assert references / N < 5.0, references / N
+    objects, references = await _added_per_message(text)
+    assert objects < 1.0, objects
+    assert references < 5.0, references
 
 
 @pytest.mark.anyio
@@ -97,27 +111,9 @@ async def test_real_conversations_add_one_tracked_object_and_six_references_a_me
     under six references a message (the messages' own: 1.66 objects, 5.10 references).
     Before the columns: 1.01 objects, 12.95 references."""
     text = json.dumps([message for conv in conversations() for message in conv.messages])
-
-    async def live(messages: list[dict[str, Any]]) -> SimpleContextManager:
-        store = SimpleContextManager()
-        for message in messages:
-            await store.add_message(message)
-        budget = sum(map(estimate_message, messages)) // 2
-        await store.get_messages_for_request(token_budget=budget)
-        assert store.last_compaction_stats is not None, "the request must compact"
-        return store
-
-    await live(json.loads(text))  # the module's (and the event loop's) one-off state
-    messages = json.loads(text)
-    n = len(messages)
-    gc.collect()
-    before = {id(o) for o in gc.get_objects()}
-    before.add(id(before))
-    store = await live(messages)
-    added = [o for o in _new_objects(before) if o is not store]
-    references = sum(len(gc.get_referents(o)) for o in added)
-    assert len(added) / n <= 1.02, len(added) / n
-    assert references / n < 6.0, references / n
+    objects, references = await _added_per_message(text, one_by_one=True)
+    assert objects <= 1.02, objects
+    assert references < 6.0, references
 
 
 def test_the_per_message_columns_are_nothing_for_the_collector(text: str) -> None:
