@@ -21,17 +21,17 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from ..errors import RequiredContentTooLargeError
 from .config import ContextConfig
 from .decisions import Decisions
 from .estimate import estimate_message
 from .facts import call_facts
-from .forms import stubbed_form, truncated_form
+from .forms import stubbed_form, thoughtless_form, truncated_form
 from .history import History, marker_owner
 from .ingress import RETRIEVAL_GUIDANCE
-from .ladder import Ladder, LadderParams
+from .ladder import Ladder, LadderParams, Unthought
 from .notice import notice_message
 from .plan import RequestPlan
 from .render import Rendered
@@ -63,6 +63,17 @@ class FloorMark:
     """The view's estimate at the floor."""
     length: int
     """History entries the request saw."""
+
+
+def _thoughtless(message: dict[str, Any]) -> Unthought | None:
+    """``message`` without its thinking (``forms.thoughtless_form``) for a ladder: the form
+    (None: nothing left), its estimate, the estimate saved, the blocks left out."""
+    made = thoughtless_form(message)
+    if made is None:
+        return None
+    form, omitted = made
+    tokens = 0 if form is None else estimate_message(form)
+    return form, tokens, estimate_message(message) - tokens, omitted
 
 
 MAX_OMITTED_CALLS: Final = 100
@@ -106,8 +117,14 @@ class Compactor:
         *,
         target: int,
         extra_protected: frozenset[int],
+        notice_next: int | None = None,
     ) -> Steps[Ladder]:
-        """A ``Ladder`` over the working view of ``plan`` under ``decisions``, as steps."""
+        """A ``Ladder`` over the working view of ``plan`` under ``decisions``, as steps.
+
+        ``notice_next``: the seq of the message the committed notice precedes (the view
+        changes there at the latest when a new decision replaces the notice); with
+        preserved thinking, the ladder leaves out the thinking from the first change on.
+        """
         entries = history.entries
         kinds, kind_codes = entries.kind_table, entries.kind_codes
         publics, all_tokens = entries.public, entries.tokens
@@ -150,7 +167,12 @@ class Compactor:
                     continue
                 if seq in overrides:
                     message, tokens = overrides[seq], override_tokens[seq]
-                    form = "truncated" if seq in decisions.truncated else "stubbed"
+                    if seq in decisions.truncated:
+                        form = "truncated"
+                    elif seq in decisions.stubbed:
+                        form = "stubbed"
+                    # (else an assistant message shown without its thinking: "full", a
+                    # form a later rung may remove but never makes again)
             assert message is not None
             row = rows.append(
                 seq,
@@ -180,6 +202,11 @@ class Compactor:
         # One width for the whole run: a reduced form is made again when the decisions
         # take it (``Ladder._form``), and must come out the same.
         chars = config.truncate_chars
+        notice_row = None
+        if notice_next is not None:
+            notice_row = next(
+                (row for row in range(len(rows)) if rows.seq[row] == notice_next), None
+            )
         return Ladder(
             rows=rows,
             total=system_tokens + sum(rows.tokens),
@@ -192,6 +219,8 @@ class Compactor:
             truncate_protected=lambda seq: self._truncated(
                 history, forms, seq, chars, protected=True
             ),
+            unthink=_thoughtless if plan.preserved_thinking else None,
+            notice_row=notice_row,
         )
 
     @staticmethod
@@ -230,7 +259,12 @@ class Compactor:
         return int(plan.effective * self._config().target_usage)
 
     def compacting(
-        self, history: History, plan: RequestPlan, before: Rendered
+        self,
+        history: History,
+        plan: RequestPlan,
+        before: Rendered,
+        *,
+        notice_next: int | None = None,
     ) -> Steps[tuple[Decisions | None, FloorMark | None]]:
         """Run the ladder for an ordinary/retaining request (the caller has checked that no
         reported floor holds: ``floor_holds``).
@@ -251,7 +285,12 @@ class Compactor:
         """
         target = self.target(plan)
         ladder = yield from self.laddering(
-            history, plan, plan.decisions, target=target, extra_protected=frozenset()
+            history,
+            plan,
+            plan.decisions,
+            target=target,
+            extra_protected=frozenset(),
+            notice_next=notice_next,
         )
         yield from ladder.climbing()
         over = not ladder.fits
@@ -330,7 +369,10 @@ class Compactor:
             return False
         if floor.length == plan.length:
             return True
-        return before.tokens <= plan.budget - self.notice_allowance(plan.budget)
+        # room for the notice the view shows (made with the decision), or the minimal one
+        notice = plan.decisions.notice
+        allowance = self.notice_allowance(plan.budget) if notice is None else notice[1]
+        return before.tokens <= plan.budget - allowance
 
     def stating(
         self,

@@ -11,6 +11,12 @@ new one and the store swaps it in at a commit boundary, so a reader never sees h
 decision. Decisions only grow: a later escalation adds
 removals, truncations and stubs (a removal supersedes an earlier reduced form of the same
 message) and never reverses one. ``set_messages`` and ``clear`` reset them.
+
+Two parts keep a view append-only between compactions (docs/thinking.md): the compaction
+notice is made once, when its decision is staged, and shown at one place (``notice``,
+``notice_at``) until the next decision; and the thinking a decision's first change
+invalidated is left out of every later view built on it (``thoughtless``: the assistant
+messages shown without their thinking blocks; their forms are in ``overrides``).
 """
 
 from __future__ import annotations
@@ -47,6 +53,16 @@ class Decisions:
     renderer substitutes. A removed message has none: it is in ``removed``."""
     override_tokens: Mapping[int, int] = field(default_factory=dict)
     """seq -> the estimate of its reduced message (a dict of ints: never tracked)."""
+    thoughtless: Mapping[int, int] = field(default_factory=dict)
+    """seq -> thinking blocks left out, of each message every view shows without its
+    thinking (its form is in ``overrides``; a message of thinking alone is in ``removed``):
+    a dict of ints, like ``override_tokens``."""
+    notice: Form | None = None
+    """The compaction notice of these decisions and its estimate, made when they were
+    staged; None when they show none."""
+    notice_at: int = 0
+    """The history length when the notice was made: it is shown right after the view's
+    last message with a smaller seq (and any results that message still waits for)."""
 
     @property
     def is_empty(self) -> bool:
@@ -68,10 +84,17 @@ class Decisions:
         return run_through(self.merging(ladder))
 
     def merging(self, ladder: Ladder) -> Steps[Decisions]:
-        """``merged`` as steps (``slices.py``)."""
-        removed = self.removed | ladder.removed
+        """``merged`` as steps (``slices.py``). The merged decisions have no notice: the
+        decision that commits them makes its own (``RequestPolicy.noticed``)."""
+        # a message of thinking alone, its thinking left out, leaves the view
+        emptied = {seq for seq, (form, _, _) in ladder.thoughtless.items() if form is None}
+        removed = self.removed | ladder.removed | emptied
         truncated = (self.truncated | ladder.truncated) - removed
         stubbed = (self.stubbed | ladder.stubbed) - removed
+        thoughtless = {
+            seq: omitted for seq, omitted in self.thoughtless.items() if seq not in ladder.removed
+        }
+        thoughtless.update((seq, omitted) for seq, (_, _, omitted) in ladder.thoughtless.items())
         yield
         overrides: dict[int, dict[str, Any]] = {}
         override_tokens: dict[int, int] = {}
@@ -87,6 +110,10 @@ class Decisions:
                 yield
             overrides[seq] = message
             override_tokens[seq] = tokens
+        for seq, (form, tokens, _) in ladder.thoughtless.items():
+            if form is not None:
+                overrides[seq] = form
+                override_tokens[seq] = tokens
         return Decisions(
             removed=frozenset(removed),
             truncated=frozenset(truncated),
@@ -96,4 +123,5 @@ class Decisions:
             floor_reported=self.floor_reported,
             overrides=overrides,
             override_tokens=override_tokens,
+            thoughtless=thoughtless,
         )

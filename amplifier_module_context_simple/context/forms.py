@@ -30,6 +30,10 @@ has ``"protected": True``.
 
 ``stubbed_form`` replaces a user message with string content by a short preview; a
 message whose content is a list (so every ``tool_result`` carrier) is never stubbed.
+
+``thoughtless_form`` is an assistant message without its ``thinking`` and
+``redacted_thinking`` blocks: what a view shows after a compaction changed the prefix that
+thinking was produced with (docs/thinking.md). Every other block is kept, in order.
 """
 
 from __future__ import annotations
@@ -51,9 +55,15 @@ from .ingress import RETRIEVAL_GUIDANCE
 __all__ = (
     "STUB_MIN_CHARS",
     "STUB_PREVIEW_CHARS",
+    "THINKING_TYPES",
+    "has_thinking",
     "stubbed_form",
+    "thoughtless_form",
     "truncated_form",
 )
+
+THINKING_TYPES: Final = frozenset({"thinking", "redacted_thinking"})
+"""The content block types a provider with preserved thinking binds to their prefix."""
 
 
 STUB_MIN_CHARS: Final = 80
@@ -209,3 +219,29 @@ def stubbed_form(message: Mapping[str, Any], tokens: int) -> tuple[dict[str, Any
     candidate = _mark(message, stub, note)
     new_tokens = estimate_message(candidate)
     return (candidate, new_tokens) if new_tokens < tokens else None
+
+
+def has_thinking(message: Mapping[str, Any]) -> bool:
+    """Whether ``message`` carries a thinking block."""
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        block_type(block) in THINKING_TYPES for block in content
+    )
+
+
+def thoughtless_form(message: Mapping[str, Any]) -> tuple[dict[str, Any] | None, int] | None:
+    """``message`` without its thinking blocks, or None when it has none.
+
+    Returns ``(form, blocks omitted)``; the form is None when nothing would be left (a
+    message of thinking alone, with no tool calls): a view then leaves the message out.
+    """
+    content = message.get("content")
+    if not isinstance(content, list):
+        return None
+    kept = [block for block in content if block_type(block) not in THINKING_TYPES]
+    omitted = len(content) - len(kept)
+    if not omitted:
+        return None
+    if not kept and not message.get("tool_calls"):
+        return None, omitted
+    return _mark(message, kept, {"form": "thoughtless", "thinking_omitted": omitted}), omitted

@@ -75,11 +75,16 @@ __all__ = (
     "RUNG_COUNT",
     "Ladder",
     "LadderParams",
+    "Unthought",
 )
 
 
 Reduce = Callable[[int], Form | None]
 """``(seq) -> Form | None``: a reduced form of the message with that seq, if it shrinks it."""
+
+Unthought = tuple[dict[str, Any] | None, int, int, int]
+"""A message without its thinking: the form (None: nothing is left, the view leaves the
+message out), its estimate, the estimate it saves, and the thinking blocks it leaves out."""
 
 RUNG_COUNT: Final = 8
 
@@ -164,6 +169,18 @@ class Ladder:
     """Protected tool results ``reducing_floor`` truncated."""
     floor_removed: int = 0
     """Messages ``reducing_floor`` removed or stubbed."""
+    unthink: Callable[[dict[str, Any]], Unthought | None] | None = None
+    """With preserved thinking: a message without its thinking blocks, if it has any. The
+    thinking of every row from the first one this ladder changes is left out (its prefix
+    changed: the provider would reject it); None keeps all thinking."""
+    notice_row: int | None = None
+    """The row the committed notice precedes: a change anywhere moves the notice, so the
+    first change is there at the latest."""
+    cut: int = -1
+    """The first row this ladder changed (the number of rows while it changed none)."""
+    thoughtless: dict[int, tuple[dict[str, Any] | None, int, int]] = field(default_factory=dict)
+    """Seq -> (form, estimate, thinking blocks left out) of each message this ladder shows
+    without its thinking (form None: the message is left out)."""
     edits: int = 0
     """Reductions made so far (a removal that supersedes a reduced form counts too)."""
     live: array[int] = field(init=False)
@@ -182,6 +199,7 @@ class Ladder:
 
     def __post_init__(self) -> None:
         self.live = array("q", range(len(self.rows)))
+        self.cut = len(self.rows)
 
     @property
     def fits(self) -> bool:
@@ -483,6 +501,7 @@ class Ladder:
     def _replace(self, row: int, form: Form, code: int) -> None:
         """Show the message at ``row`` reduced (``code``) to ``form``: its estimate is kept,
         the form itself only when the decisions ask for it (``_reduced``)."""
+        self._changing(row)
         rows = self.rows
         tokens = form[1]
         self.edits += 1
@@ -635,7 +654,9 @@ class Ladder:
         """Remove the messages at ``rows`` (they join ``doomed``, for ``_compact``)."""
         columns = self.rows
         for row in rows:
+            self._changing(row)
             seq = columns.seq[row]
+            self.thoughtless.pop(seq, None)
             doomed.add(row)
             self.edits += 1
             self.total -= columns.tokens[row]
@@ -647,6 +668,29 @@ class Ladder:
             self.truncated.discard(seq)
             self.stubbed.discard(seq)
             self.floor_truncated.discard(seq)
+
+    def _changing(self, row: int) -> None:
+        """``row`` is about to change: with preserved thinking, leave out the thinking of
+        every row from the first change on (the rows before it keep their prefix)."""
+        if self.unthink is None:
+            return
+        first = row if self.notice_row is None else min(row, self.notice_row)
+        if first >= self.cut:
+            return
+        rows = self.rows
+        for later in range(first, self.cut):
+            if rows.form[later] == REMOVED:
+                continue
+            made = self.unthink(rows.message[later])
+            if made is None:
+                continue
+            form, tokens, saved, omitted = made
+            self.total -= saved
+            rows.tokens[later] -= saved
+            if form is not None:
+                rows.message[later] = form
+            self.thoughtless[rows.seq[later]] = (form, tokens, omitted)
+        self.cut = first
 
     def _compact(self, doomed: set[int]) -> Steps[None]:
         """Take the rows in ``doomed`` out of the live order."""

@@ -114,6 +114,7 @@ class Negotiable:
         self._ladder: Ladder | None = None
         self._stats_target = self.target
         self._base_tokens = 0
+        self._base_messages = 0
         self._limit = plan.budget
         self._base: Candidate | None = None
         self._notice = 0
@@ -143,19 +144,26 @@ class Negotiable:
     # -- candidates ----------------------------------------------------------------
 
     def _candidate(self, decisions: Decisions) -> Steps[Candidate]:
-        """The notice-inclusive view under ``decisions``: the notice must fit the policy
-        budget (and, while the floor is reduced, the provider's limit) and may not make a
-        reduced candidate larger than the view the negotiation started from."""
+        """The notice-inclusive view under ``decisions``: the notice of new decisions is
+        made here (``RequestPolicy.noticed``), to fit the policy budget (and, while the
+        floor is reduced, the provider's limit) without making a reduced candidate larger
+        than the view the negotiation started from."""
         policy, plan = self._policy, self._plan
         rendered = yield from policy.rendering(plan, decisions)
         ceiling = min(policy.notice_ceiling(plan, rendered), self._limit)
         if decisions is not plan.decisions:
             ceiling = min(ceiling, self._base_tokens)
-        view, notice = policy.with_notice(
-            rendered.messages, decisions, room=ceiling - rendered.tokens
-        )
+            decisions = yield from policy.noticed(
+                plan,
+                decisions,
+                before=self._base_messages,
+                after=len(rendered.messages),
+                room=ceiling - rendered.tokens,
+            )
+        view, notice = policy.with_notice(rendered, decisions, room=ceiling - rendered.tokens)
         if decisions is plan.decisions:
             self._base_tokens = rendered.tokens + notice
+            self._base_messages = len(rendered.messages) - (1 if notice else 0)
         return Candidate(view, rendered.tokens + notice, decisions, rendered.synthesized)
 
     def floor_holds(self, count: int) -> bool:

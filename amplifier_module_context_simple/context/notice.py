@@ -1,9 +1,12 @@
-"""The compaction notice: one user-role message at the tail of a compacted view.
+"""The compaction notice: one user-role message, placed at the tail of a compacted view.
 
 It tells the model, in our own words, that older context was reduced and how to recover
-what it needs. It is never inserted into the prefix (that would break prompt caching), is
-never a system message, and is skipped when the view ends with an unanswered tool call
-(a provider expects the results next); it reappears on the next safe request.
+what it needs. It is made once, when its compaction decision is staged, and from then on
+shown at the same place with the same text, until the next decision (``notice_position``):
+views stay append-only, so the prompt cache and the thinking the model produced after it
+stay valid. It is never a system message and never sits between a tool call and its
+results: when the view ends with an unanswered call, it goes after the results, on the
+first request that has them.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ __all__ = (
     "NOTICE_CLOSE",
     "NOTICE_OPEN",
     "notice_message",
+    "notice_position",
     "notice_text",
     "tail_is_safe",
 )
@@ -30,10 +34,11 @@ _MINIMAL: Final = (
 )
 
 
-def tail_is_safe(view: Sequence[Mapping[str, Any]]) -> bool:
-    """False when the view ends with a tool call whose results are not all present."""
+def tail_is_safe(view: Sequence[Mapping[str, Any]], end: int | None = None) -> bool:
+    """False when ``view[:end]`` ends with a tool call whose results are not all present."""
     answered: set[str] = set()
-    for message in reversed(view):
+    for index in range(len(view) if end is None else end, 0, -1):
+        message = view[index - 1]
         ids, only_results = carried_result_ids(message)
         if only_results:
             answered.update(ids)
@@ -41,6 +46,26 @@ def tail_is_safe(view: Sequence[Mapping[str, Any]]) -> bool:
         calls = declared_call_ids(message)
         return all(call_id in answered for call_id in calls)
     return True
+
+
+def notice_position(
+    view: Sequence[Mapping[str, Any]], body_seqs: Sequence[int], system_count: int, at: int
+) -> int | None:
+    """Where in ``view`` the notice of a decision made at history length ``at`` goes: right
+    after the last message with a smaller seq, or after the results that message's calls
+    still wait for; None while they are not all in the view.
+
+    The place depends only on the view up to it, so a view that extends the last one puts
+    the notice where the last one did (``body_seqs``: ``Rendered.body_seqs``).
+    """
+    anchor = len(body_seqs)
+    # (messages admitted since the decision are at the end: a short walk back)
+    while anchor > 0 and body_seqs[anchor - 1] >= at:
+        anchor -= 1
+    for index in range(system_count + anchor, len(view) + 1):
+        if tail_is_safe(view, index):
+            return index
+    return None
 
 
 def notice_text(stats: Mapping[str, Any], verbosity: str, *, facts_chars: int = 2400) -> str:

@@ -79,6 +79,9 @@ class RequestPlan:
     hard_fit: bool
     limit: LearnedLimit | None = None
     """The learned provider limit this request leaves for later ones (``budget.py``)."""
+    preserved_thinking: bool = True
+    """The model checks the prefix of the thinking a request sends back (``thinking.py``):
+    a compaction leaves out the thinking after its first change."""
 
     @classmethod
     def taken(

@@ -20,13 +20,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import RequiredContentTooLargeError
-from .compaction import Compactor, FloorMark
+from .compaction import Compactor, FloorMark, omitting_calls
 from .config import TOKEN_METER_ACTUAL, ContextConfig
 from .decisions import Decisions
 from .estimate import estimate_message
 from .ladder import Ladder
 from .meter import TokenMeter
-from .notice import notice_message, tail_is_safe
+from .notice import notice_message, notice_position
 from .plan import RequestPlan
 from .render import Rendered, Renderer
 from .slices import Steps
@@ -90,33 +90,82 @@ class RequestPolicy:
             copy=copy,
         )
 
-    def with_notice(
-        self, messages: list[dict[str, Any]], decisions: Decisions, *, room: int
-    ) -> tuple[list[dict[str, Any]], int]:
-        """``messages`` plus the tail compaction notice when one applies and fits ``room``.
+    def noticed(
+        self, plan: RequestPlan, decisions: Decisions, *, before: int, after: int, room: int
+    ) -> Steps[Decisions]:
+        """``decisions`` (new, staged) with the notice every view built on them shows, as
+        steps: the configured verbosity when it fits ``room`` and the notice reserve, else
+        the minimal notice, else none. ``before`` and ``after`` are the message counts of
+        the view before and after the compaction (the verbose notice says them).
 
-        The notice is budgeted like any message: the configured verbosity when it fits
-        ``room`` tokens, else the minimal notice, else none. Returns the messages and the
-        notice's estimate (0 without one).
+        The notice is made once, here: its text and place stay until the next decision
+        (``notice.py``), so every later view extends the one it was first shown in.
         """
         config = self._config()
-        stats = decisions.stats
-        if (
-            not config.compaction_notice_enabled
-            or stats is None
-            or stats.strategy_level < config.compaction_notice_min_level
-            or not tail_is_safe(messages)
-        ):
-            return messages, 0
+        if not config.compaction_notice_enabled or decisions.level < config.compaction_notice_min_level:
+            return dataclasses.replace(decisions, notice=None, notice_at=plan.length)
+        omitted = yield from omitting_calls(plan.history, decisions)
+        facts = {
+            "strategy_level": decisions.level,
+            "messages_removed": len(decisions.removed),
+            "messages_truncated": len(decisions.truncated),
+            "user_messages_stubbed": len(decisions.stubbed),
+            "protected_tool_results": config.protected_tool_results,
+            "before_messages": before,
+            "after_messages": after,
+            "omitted_tool_calls": omitted,
+        }
+        # its room is reserved: a view growing towards the trigger still has it
+        room = min(room, plan.budget - plan.effective)
+        # the list of omitted calls takes at most the notice's reserve (~3 chars/token)
+        facts_chars = 3 * config.compaction_notice_token_reserve
+        notice: tuple[dict[str, Any], int] | None = None
         for verbosity in dict.fromkeys((config.compaction_notice_verbosity, "minimal")):
-            # the list of omitted calls takes at most the notice's reserve (~3 chars/token)
-            facts_chars = 3 * config.compaction_notice_token_reserve
-            notice = notice_message(stats.to_event(), verbosity, facts_chars=facts_chars)
-            tokens = estimate_message(notice)
+            message = notice_message(facts, verbosity, facts_chars=facts_chars)
+            tokens = estimate_message(message)
             if tokens <= room:
-                messages.append(notice)
-                return messages, tokens
-        return messages, 0
+                notice = (message, tokens)
+                break
+        return dataclasses.replace(decisions, notice=notice, notice_at=plan.length)
+
+    def with_notice(
+        self, rendered: Rendered, decisions: Decisions, *, room: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The messages of ``rendered`` (its own list, changed) with the notice of
+        ``decisions`` at its place (``notice_position``) when it fits ``room`` tokens.
+        Returns the messages and the notice's estimate (0 without one)."""
+        messages = rendered.messages
+        index = self.notice_index(rendered, decisions)
+        if index is None or decisions.notice is None:
+            return messages, 0
+        notice, tokens = decisions.notice
+        if tokens > room:
+            return messages, 0
+        messages.insert(index, {**notice, "metadata": dict(notice["metadata"])})
+        return messages, tokens
+
+    @staticmethod
+    def notice_index(rendered: Rendered, decisions: Decisions) -> int | None:
+        """Where in ``rendered.messages`` the notice of ``decisions`` goes, if it has one
+        and its place is in the view."""
+        if decisions.notice is None:
+            return None
+        return notice_position(
+            rendered.messages, rendered.body_seqs, rendered.system_count, decisions.notice_at
+        )
+
+    def notice_next(self, plan: RequestPlan) -> Steps[int | None]:
+        """The seq of the message right after the committed decisions' notice in this
+        request's view (None: no notice, or at the tail), as steps: where a new decision
+        changes the view at the latest (the notice goes)."""
+        decisions = plan.decisions
+        if decisions.notice is None:
+            return None
+        rendered = yield from self.rendering(plan, decisions, copy=False)
+        index = self.notice_index(rendered, decisions)
+        if index is None or index >= len(rendered.messages):
+            return None
+        return rendered.body_seqs[index - rendered.system_count]
 
     def notice_ceiling(self, plan: RequestPlan, rendered: Rendered) -> int:
         """The most a view with its notice may weigh: the budget, and never more than the
@@ -157,8 +206,16 @@ class RequestPolicy:
         extra_protected: frozenset[int] = frozenset(),
     ) -> Steps[Ladder]:
         """A ``Ladder`` over the working view of ``plan`` under ``decisions``, as steps."""
-        return self.compactor.laddering(
-            plan.history, plan, decisions, target=target, extra_protected=extra_protected
+        notice_next = yield from self.notice_next(plan)
+        return (
+            yield from self.compactor.laddering(
+                plan.history,
+                plan,
+                decisions,
+                target=target,
+                extra_protected=extra_protected,
+                notice_next=notice_next,
+            )
         )
 
     def reducing_floor(self, ladder: Ladder, limit: int) -> Steps[None]:
@@ -231,7 +288,10 @@ class RequestPolicy:
         should = self.compaction_due(plan, estimated)
         held = should and self.compactor.floor_holds(floor, plan, rendered)
         if should and not held:
-            staged, floor = yield from self.compactor.compacting(plan.history, plan, rendered)
+            notice_next = yield from self.notice_next(plan)
+            staged, floor = yield from self.compactor.compacting(
+                plan.history, plan, rendered, notice_next=notice_next
+            )
         decisions = staged if staged is not None else plan.decisions
         if staged is not None:
             view = yield from self.rendering(plan, decisions)
@@ -251,14 +311,21 @@ class RequestPolicy:
         ceiling = self.notice_ceiling(plan, rendered)
         if staged is not None:
             # ... nor larger than the view it started from, with that view's own notice
-            _, before_notice = self.with_notice(
-                list(rendered.messages), plan.decisions, room=ceiling - rendered.tokens
-            )
+            before_notice = 0
+            if self.notice_index(rendered, plan.decisions) is not None:
+                assert plan.decisions.notice is not None
+                before_notice = plan.decisions.notice[1]
+                if rendered.tokens + before_notice > ceiling:
+                    before_notice = 0
             ceiling = min(ceiling, rendered.tokens + before_notice)
-            yield
-        messages, notice_tokens = self.with_notice(
-            view.messages, decisions, room=ceiling - view.tokens
-        )
+            staged = decisions = yield from self.noticed(
+                plan,
+                staged,
+                before=len(rendered.messages),
+                after=len(view.messages),
+                room=ceiling - view.tokens,
+            )
+        messages, notice_tokens = self.with_notice(view, decisions, room=ceiling - view.tokens)
         if plan.retained or plan.hard_fit:
             self.check_final_fit(plan, view.tokens + notice_tokens)
         new_stats = staged is not None and staged.stats is not plan.decisions.stats

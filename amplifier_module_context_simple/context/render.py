@@ -55,6 +55,9 @@ class Rendered:
     with_metadata: tuple[Sequence[int], int] = ((), 0)
     """Of a shared view: the body positions whose metadata dict a copy copies too (the
     first ``count`` of the renderer's list, which only ever grows)."""
+    body_seqs: Sequence[int] = ()
+    """The seq of each body message (``messages[system_count:]``; a synthesized result
+    has its call's), read-only: where the compaction notice goes (``notice_position``)."""
 
     def prefix_keeping(self, other: Sequence[Mapping[str, Any]]) -> Steps[tuple[int, int | None]]:
         """Tokens of the leading messages ``other`` shows unchanged from this view, and the
@@ -88,6 +91,7 @@ class _Shown:
     with_metadata: array[int] = field(default_factory=lambda: array("q"))
     body_tokens: int = 0
     body_token_list: array[int] = field(default_factory=lambda: array("q"))
+    body_seq_list: array[int] = field(default_factory=lambda: array("q"))
     system_token_list: array[int] = field(default_factory=lambda: array("q"))
     synthesized: int = 0
 
@@ -99,6 +103,7 @@ class _Shown:
             body=list(self.body),
             with_metadata=self.with_metadata[:],
             body_token_list=self.body_token_list[:],
+            body_seq_list=self.body_seq_list[:],
             system_token_list=self.system_token_list[:],
         )
 
@@ -187,6 +192,7 @@ class Renderer:
             message_tokens=_Concat(token_list, shown.body_token_list),
             shared=True,
             with_metadata=(shown.with_metadata, len(shown.with_metadata)),
+            body_seqs=shown.body_seq_list[: len(body)],
         )
         if not copy:
             return view
@@ -266,6 +272,7 @@ class Renderer:
                     shown.with_metadata.append(len(body))
                     body.append(message)
                     shown.body_token_list.append(tokens)
+                    shown.body_seq_list.append(owner)
                 shown.body_tokens += synthesized.tokens
                 shown.synthesized += len(synthesized.call_ids)
                 continue
@@ -284,6 +291,7 @@ class Renderer:
                 body.append(form)  # type: ignore[arg-type]  # not SKIP: has a public form
                 shown.body_tokens += tokens
                 shown.body_token_list.append(tokens)
+                shown.body_seq_list.append(item)
             elif (kind == SYSTEM and not factory) or kind == HOOK_SYSTEM:
                 shown.systems.append(publics[item])  # type: ignore[arg-type]  # not SKIP
                 shown.system_tokens += all_tokens[item]
