@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from .classify import declared_call_ids
 from .estimate import estimate_message
 from .formats import (
     block_field,
@@ -242,6 +243,9 @@ def thoughtless_form(message: Mapping[str, Any]) -> tuple[dict[str, Any] | None,
     omitted = len(content) - len(kept)
     if not omitted:
         return None
-    if not kept and not message.get("tool_calls"):
+    if not kept and not declared_call_ids(message):
         return None, omitted
-    return _mark(message, kept, {"form": "thoughtless", "thinking_omitted": omitted}), omitted
+    # No note in the metadata: the form is traceable as it is (the message less its
+    # thinking blocks), and sharing the message's metadata dict keeps it at two objects
+    # (a view copies a shown message's metadata dict anyway).
+    return {**message, "content": kept}, omitted

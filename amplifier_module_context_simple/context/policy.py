@@ -117,14 +117,10 @@ class RequestPolicy:
         }
         # its room is reserved: a view growing towards the trigger still has it
         room = min(room, plan.budget - plan.effective)
-        # the list of omitted calls takes at most the notice's reserve (~3 chars/token)
-        facts_chars = 3 * config.compaction_notice_token_reserve
         notice: tuple[dict[str, Any], int] | None = None
         for verbosity in dict.fromkeys((config.compaction_notice_verbosity, "minimal")):
-            message = notice_message(facts, verbosity, facts_chars=facts_chars)
-            tokens = estimate_message(message)
-            if tokens <= room:
-                notice = (message, tokens)
+            notice = _fitting_notice(facts, verbosity, room, config.compaction_notice_token_reserve)
+            if notice is not None:
                 break
         return dataclasses.replace(decisions, notice=notice, notice_at=plan.length)
 
@@ -330,6 +326,26 @@ class RequestPolicy:
             self.check_final_fit(plan, view.tokens + notice_tokens)
         new_stats = staged is not None and staged.stats is not plan.decisions.stats
         return Planned(staged, floor, messages, estimated, view.synthesized, new_stats, held)
+
+
+def _fitting_notice(
+    facts: dict[str, Any], verbosity: str, room: int, reserve: int
+) -> tuple[dict[str, Any], int] | None:
+    """The notice of ``verbosity`` within ``room`` tokens, and its estimate, or None. The
+    verbose notice's list of omitted calls takes what room its other lines leave (at most
+    the configured reserve, at ~3 characters a token), fewer calls until it fits."""
+    facts_chars = 0
+    if verbosity == "verbose":
+        bare = estimate_message(notice_message(facts, verbosity, facts_chars=0))
+        facts_chars = 3 * max(0, min(reserve, room - bare))
+    while True:
+        message = notice_message(facts, verbosity, facts_chars=facts_chars)
+        tokens = estimate_message(message)
+        if tokens <= room:
+            return message, tokens
+        if facts_chars == 0:
+            return None
+        facts_chars //= 2
 
 
 def check_retain(retain_contents: Sequence[str]) -> tuple[str, ...]:

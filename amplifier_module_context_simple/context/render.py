@@ -285,7 +285,7 @@ class Renderer:
                     continue
                 if item in overrides and item not in intact:
                     form, tokens = overrides[item], override_tokens[item]
-                    has_metadata = True
+                    has_metadata = "metadata" in form
                 if has_metadata:
                     shown.with_metadata.append(len(body))
                 body.append(form)  # type: ignore[arg-type]  # not SKIP: has a public form

@@ -21,6 +21,7 @@ __all__ = (
     "NOTICE_PREFIX",
     "call_ids",
     "is_notice",
+    "notice_index",
     "reduced_kind",
     "result_ids",
     "strip_notice",
@@ -159,6 +160,9 @@ def _is_envelope(message: Mapping[str, Any]) -> bool:
     )
 
 
+_THINKING = frozenset({"thinking", "redacted_thinking"})
+
+
 def is_notice(message: Mapping[str, Any]) -> bool:
     """The tail compaction notice: a user message with exactly ``NOTICE_METADATA`` whose
     text begins with ``NOTICE_PREFIX``."""
@@ -172,8 +176,13 @@ def is_notice(message: Mapping[str, Any]) -> bool:
 
 
 def strip_notice(view: Sequence[M]) -> list[M]:
-    """``view`` without its trailing compaction notice."""
-    return list(view[:-1]) if view and is_notice(view[-1]) else list(view)
+    """``view`` without its compaction notice (wherever it is shown)."""
+    return [message for message in view if not is_notice(message)]
+
+
+def notice_index(view: Sequence[Mapping[str, Any]]) -> int | None:
+    """The position of the compaction notice in ``view``, or None."""
+    return next((i for i, message in enumerate(view) if is_notice(message)), None)
 
 
 def unanswered_at_end(view: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -271,6 +280,19 @@ def _reduced_content(before: object, after: object, keep: int | None) -> bool:
 _TRUNCATED_NOTE: Final = frozenset({"form", "original_tokens", "protected"})
 
 
+def _is_thoughtless(shown: Mapping[str, Any], public: Mapping[str, Any]) -> bool:
+    """``shown`` is the assistant message ``public`` without its thinking blocks, every
+    other block and key as they were (what a view shows after a compaction changed the
+    prefix that thinking was produced with)."""
+    before = public.get("content")
+    if public.get("role") != "assistant" or not isinstance(before, list):
+        return False
+    kept = [b for b in before if not (isinstance(b, Mapping) and b.get("type") in _THINKING)]
+    if len(kept) == len(before):
+        return False
+    return _same_message(shown, {**public, "content": kept})
+
+
 def _is_reduced_form(
     shown: Mapping[str, Any], public: Mapping[str, Any], truncate_chars: int | None
 ) -> bool:
@@ -285,6 +307,8 @@ def _is_reduced_form(
     ``"protected": True``, may keep less) and states ``original_tokens``, the estimate of
     the message it reduces.
     """
+    if _is_thoughtless(shown, public):
+        return True
     note = _meta(shown).get("compaction")
     form = _get(note, "form")
     if form not in ("truncated", "stubbed") or not isinstance(note, Mapping):

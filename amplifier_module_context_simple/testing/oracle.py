@@ -438,15 +438,17 @@ def check_view_invariants(
        every ``retained`` body, and every message in ``protected`` - except a held note,
        which is not shown yet;
     3. order: system messages first; the rest is a subsequence of the display order above
-       (a held note is shown nowhere: ``held-note``), plus at most one compaction notice at
-       the end (exactly ``NOTICE_METADATA``, text beginning with ``NOTICE_PREFIX``), only
-       when no call of the view is left unanswered;
+       (a held note is shown nowhere: ``held-note``), plus at most one compaction notice
+       (exactly ``NOTICE_METADATA``, text beginning with ``NOTICE_PREFIX``), never where
+       a call before it is left unanswered (it stays where it was first shown, at the tail
+       of the view its decision was made for);
     4. no invention: each message equals a history message (minus store bookkeeping), is
        a reduced form traceable to one (``metadata["compaction"]``, smaller by the
        module's estimate: a stubbed user message with ``original_chars``; a truncated
        result - string content or a block list, in a ``tool`` message or in
        ``tool_result`` blocks, with ``original_tokens`` and ``"protected": True`` for the
-       last-resort form of a protected result), or is a synthesized result the rules
+       last-resort form of a protected result; an assistant message without its thinking
+       blocks, ``thoughtless``), or is a synthesized result the rules
        above owe; no ``_seq`` or ``amplifier_public_*`` key leaks;
     5. when ``budget`` is given, the view's estimate (``estimate_message``, the counter
        the module budgets with) does not exceed it;
@@ -503,13 +505,19 @@ def check_view_invariants(
     if late:
         raise fail(3, "system-late", f"system message at view[{late[0]}] after the conversation")
 
-    # 1: pairing by id, on the view alone (runs)
-    tail = _runs_in_view(messages)
-    if isinstance(tail, ViewInvariantError):
-        raise tail
-
     layout = _layout(history)
     rows = layout.rows
+    stored_notices = [r.public for r in rows if r.public is not None and is_notice(r.public)]
+    placed = [
+        i
+        for i in range(systems, len(messages))
+        if is_notice(messages[i]) and not any(_same_message(messages[i], n) for n in stored_notices)
+    ]
+
+    # 1: pairing by id, on the view alone (runs; positions as if the notice were not shown)
+    tail = _runs_in_view([m for i, m in enumerate(messages) if i not in placed])
+    if isinstance(tail, ViewInvariantError):
+        raise tail
 
     # 2 + 3: the system block
     stored_systems: list[Mapping[str, Any]] = [
@@ -526,24 +534,23 @@ def check_view_invariants(
     ):
         raise fail(2, "systems", f"system block {shown_systems!r:.300} != {expected!r:.300}")
 
-    # 3 + 4: the notice, only at the end of a view that leaves no call unanswered
+    # 3 + 4: at most one notice, never between a call and its results
     body = messages[systems:]
-    notice = (
-        bool(body)
-        and is_notice(body[-1])
-        and not any(
-            r.public is not None and is_notice(r.public) and _same_message(body[-1], r.public)
-            for r in rows
-        )
-    )
+    placed = [i - systems for i in placed]
+    if len(placed) > 1:
+        raise fail(3, "notice-twice", f"{len(placed)} compaction notices in one view")
+    notice = bool(placed)
     if notice:
-        body = body[:-1]
-        if tail[1]:
+        at = placed[0]
+        before_notice = _runs_in_view(messages[: systems + at])
+        assert not isinstance(before_notice, ViewInvariantError)
+        if before_notice[1]:
             raise fail(
                 3,
                 "notice-unsafe",
-                f"compaction notice in a view that leaves {sorted(tail[1])} unanswered",
+                f"compaction notice between calls {sorted(before_notice[1])} and their results",
             )
+        body = body[:at] + body[at + 1 :]
 
     # 3 + 4: a subsequence of the display order, each message verbatim, a traceable reduced
     # form or an owed synthesized result. Equal messages (a duplicated row) make the

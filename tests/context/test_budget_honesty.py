@@ -20,7 +20,7 @@ from amplifier_module_context_simple import ContextLengthError, SimpleContextMan
 from amplifier_module_context_simple.context.estimate import estimate_message
 from amplifier_module_context_simple.context.notice import notice_message
 from amplifier_module_context_simple.provider_rules import check_provider_valid
-from amplifier_module_context_simple.testing import call_ids, check_view_invariants, is_notice
+from amplifier_module_context_simple.testing import strip_notice, call_ids, check_view_invariants, is_notice
 from tests.context.strategies import calls, fill, result_ids_of, results
 
 pytestmark = pytest.mark.anyio
@@ -69,35 +69,39 @@ def _notice_sizes(stats: dict[str, Any] | None = None) -> tuple[int, int]:
 
 
 async def test_the_notice_shrinks_to_minimal_then_disappears_as_room_runs_out() -> None:
-    """At budgets where the compacted view leaves room for the normal notice, only for the
-    minimal one, or for neither, the view carries exactly that, and never exceeds the
-    budget."""
+    """At budgets and notice reserves where the compacted view and the reserve leave room
+    for the normal notice, only for the minimal one, or for neither, the view carries
+    exactly that, and never exceeds the budget. (The notice never takes more than its
+    reserve: later views grow towards the trigger with the notice where it was shown.)"""
     normal, minimal = _notice_sizes()
     assert minimal < normal
     messages = coding_session("openai", 12, 1500)
     seen: set[str] = set()
-    for budget in range(900, 4000, 37):
-        manager = await manager_with(messages, compaction_notice_token_reserve=0, target_usage=1.0)
-        view = await manager.get_messages_for_request(token_budget=budget)
-        check(messages, view)
-        assert total(view) <= budget, budget
-        if manager.last_compaction_stats is None:
-            continue
-        body = view[:-1] if view and is_notice(view[-1]) else view
-        room = budget - total(body)
-        # the notice this view's stats make: its counts change its size by a token or two
-        normal, minimal = _notice_sizes(manager.last_compaction_stats)
-        if room >= normal:
-            expected = "normal"
-        elif room >= minimal:
-            expected = "minimal"
-        else:
-            expected = "none"
-        shown = "none"
-        if view and is_notice(view[-1]):
-            shown = "minimal" if "some older tool output" in view[-1]["content"] else "normal"
-        assert shown == expected, (budget, room)
-        seen.add(shown)
+    for reserve in (0, minimal + 2, normal + 20):
+        for budget in range(900, 4000, 37):
+            manager = await manager_with(
+                messages, compaction_notice_token_reserve=reserve, target_usage=1.0
+            )
+            view = await manager.get_messages_for_request(token_budget=budget)
+            check(messages, view)
+            assert total(view) <= budget, budget
+            if manager.last_compaction_stats is None:
+                continue
+            body = strip_notice(view)
+            room = min(budget - total(body), reserve, budget // 4)
+            # the notice this view's stats make: its counts change its size by a token or two
+            normal, minimal = _notice_sizes(manager.last_compaction_stats)
+            if room >= normal:
+                expected = "normal"
+            elif room >= minimal:
+                expected = "minimal"
+            else:
+                expected = "none"
+            shown = "none"
+            if view and is_notice(view[-1]):
+                shown = "minimal" if "some older tool output" in view[-1]["content"] else "normal"
+            assert shown == expected, (reserve, budget, room)
+            seen.add(shown)
     assert seen == {"normal", "minimal", "none"}
 
 

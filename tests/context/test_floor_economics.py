@@ -21,7 +21,7 @@ import pytest
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.estimate import estimate_message
 from amplifier_module_context_simple.context.notice import notice_message
-from amplifier_module_context_simple.testing import RecordingHooks, strip_notice
+from amplifier_module_context_simple.testing import RecordingHooks, is_notice, strip_notice
 from tests.context.strategies import calls, fill, results
 from tests.context.test_sticky import LOG, human
 from tests.negotiator.orchestrator import counted, proportional
@@ -56,9 +56,12 @@ def tool_turn(index: int) -> list[dict[str, Any]]:
     return [calls("openai", [f"g{index}"]), *results("openai", {f"g{index}": LOG * 8})]
 
 
-def fits_bound(budget: int) -> int:
-    """The most a view may weigh while a reported floor holds: the budget less the
-    minimal notice."""
+def fits_bound(budget: int, view: list[dict[str, Any]] | None = None) -> int:
+    """The most a view may weigh while a reported floor holds: the budget less the notice
+    it shows (made with the decision: it stays), or less the minimal notice."""
+    shown = [message for message in view or () if is_notice(message)]
+    if shown:
+        return budget - estimate_message(shown[0])
     return budget - min(estimate_message(notice_message({}, "minimal")), budget // 4)
 
 
@@ -80,13 +83,14 @@ async def test_a_reported_floor_holds_until_the_view_no_longer_fits_the_budget()
     for index in range(40):
         turn = tool_turn(index)
         would = tokens(strip_notice(view)) + tokens(turn)
+        view_before = view
         for message in turn:
             await context.add_message(message)
         before = strip_notice(view)
         view = await context.get_messages_for_request()
         emitted = len(hooks.named("context:compaction")) - events
         events += emitted
-        assert emitted == int(would > fits_bound(budget)), f"request {index}"
+        assert emitted == int(would > fits_bound(budget, view_before)), f"request {index}"
         meter = context.last_token_meter_stats
         assert meter is not None
         past_trigger = meter["used_tokens"] >= 0.92 * (budget - 800)

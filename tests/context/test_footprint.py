@@ -109,10 +109,12 @@ async def test_real_conversations_add_one_tracked_object_and_six_references_a_me
     adds them (stamped), then a compacting request: the module keeps about one tracked
     object a message (its own top-level copy of each, the isolation views promise) and
     under six references a message (the messages' own: 1.66 objects, 5.10 references).
-    Before the columns: 1.01 objects, 12.95 references."""
+    Before the columns: 1.01 objects, 12.95 references. Their assistant turns carry
+    thinking blocks: each one a compaction shows without its thinking holds its own form
+    (a message dict and a content list), 1.02 to 1.03 objects a message in all."""
     text = json.dumps([message for conv in conversations() for message in conv.messages])
     objects, references = await _added_per_message(text, one_by_one=True)
-    assert objects <= 1.02, objects
+    assert objects <= 1.04, objects
     assert references < 6.0, references
 
 

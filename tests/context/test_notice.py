@@ -1,8 +1,10 @@
-"""The tail compaction notice (docs/design.md section 7.4; the existing module's placement rules, in our wording).
+"""The compaction notice (docs/design.md section 7.4, docs/thinking.md).
 
-One user-role message, last, only on a compacted view, never in the prefix, never stored,
-skipped while the view ends with an unanswered tool call; identical text until the next
-escalation; numbers are the cumulative sticky totals.
+One user-role message, only on a compacted view, never stored: made when its decision is
+staged, at the tail of that view (or, while the view ends with an unanswered tool call,
+right after the results, on the first request that has them), and from then on shown at
+that same place with the same text until the next decision; numbers are the cumulative
+sticky totals.
 """
 
 from __future__ import annotations
@@ -129,14 +131,14 @@ async def test_min_level_gates_on_the_sticky_level(anyio_backend: str) -> None:
     manager = await compacted(
         messages,
         compaction_notice_min_level=3,
-        compaction_notice_token_reserve=0,
         compact_threshold=0.95,
         target_usage=0.9,
         max_tokens=None,
     )
     total = sum(estimate_message(m) for m in messages)
     levels = []
-    for fraction in (2.0, 1.0, 0.5, 0.1):
+    # (the budgets leave the default notice reserve out of the effective budget)
+    for fraction in (2.0, 1.2, 0.5, 0.1):
         view = await manager.get_messages_for_request(token_budget=int(total * fraction))
         stats = manager.last_compaction_stats
         level = stats["strategy_level"] if stats else 0
@@ -146,41 +148,69 @@ async def test_min_level_gates_on_the_sticky_level(anyio_backend: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-async def test_no_notice_after_an_unanswered_call(anyio_backend: str, fmt: str) -> None:
-    """63: while the view ends with a tool call lacking a result there is no notice; once
-    the results are in, the notice is back at the tail and the message before it is not
-    an unanswered call."""
+async def test_the_notice_stays_where_it_was_first_shown(anyio_backend: str, fmt: str) -> None:
+    """63: a notice shown at the tail of its compaction's view stays at that place, with
+    the same text, while later messages (a pending call, then its results) follow it."""
     messages = pressured(fmt)
     manager = await compacted(messages)
     first = await manager.get_messages_for_request()
     assert is_notice(first[-1])
+    place = len(first) - 1
     pending = calls(fmt, ["p1", "p2"])
     await manager.add_message(copy.deepcopy(pending))
     answer_p2 = results(fmt, {"p2": "two"})
     for message in answer_p2:
         await manager.add_message(copy.deepcopy(message))
     view = await manager.get_messages_for_request()
-    assert not any(is_notice(m) for m in view)
-    assert view[-1] == answer_p2[-1]
+    assert view[: len(first)] == first
+    assert [i for i, m in enumerate(view) if is_notice(m)] == [place]
     check_view_invariants([*messages, pending, *answer_p2], view)
     answer_p1 = results(fmt, {"p1": "one"})
     for message in answer_p1:
         await manager.add_message(copy.deepcopy(message))
     view = await manager.get_messages_for_request()
-    assert is_notice(view[-1])
-    assert oracle_tail_is_safe(view[:-1])
+    assert view[: len(first)] == first
+    assert [i for i, m in enumerate(view) if is_notice(m)] == [place]
     check_view_invariants([*messages, pending, *answer_p2, *answer_p1], view)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_a_notice_decided_before_the_results_goes_right_after_them(
+    anyio_backend: str, fmt: str
+) -> None:
+    """63: a compaction decided while the view ends with an unanswered call shows no
+    notice (a provider expects the results next); the first request with the results
+    shows it right after them, and later requests keep it there."""
+    pending = calls(fmt, ["p1"])
+    messages = [*pressured(fmt), pending]
+    manager = await compacted(messages)
+    first = await manager.get_messages_for_request()
+    assert manager.last_compaction_stats is not None
+    assert not any(is_notice(m) for m in first)
+    answer = results(fmt, {"p1": "one"})
+    for message in answer:
+        await manager.add_message(copy.deepcopy(message))
+    view = await manager.get_messages_for_request()
+    assert is_notice(view[-1]) and view[:-1] == [*first, *answer]
+    assert oracle_tail_is_safe(view[:-1])
+    reply = {"role": "assistant", "content": "done"}
+    await manager.add_message(copy.deepcopy(reply))
+    await manager.add_message(human("thanks"))
+    later = await manager.get_messages_for_request()
+    assert later == [*view, reply, human("thanks")]
+    check_view_invariants([*messages, *answer, reply, human("thanks")], later)
+
+
 async def test_identical_notice_until_the_next_escalation(anyio_backend: str) -> None:
-    """64: consecutive requests without a new escalation repeat the notice text exactly
-    and keep the same stats object; a new escalation updates the numbers."""
+    """64: requests without a new escalation repeat the notice exactly, at its place, and
+    keep the same stats object; a new escalation makes a new notice with the new numbers,
+    at the tail of its own view."""
     messages = pressured()
     manager = await compacted(messages)
     first = await manager.get_messages_for_request()
     stats = manager.last_compaction_stats
     second = await manager.get_messages_for_request()
-    assert second[-1] == first[-1] and manager.last_compaction_stats is stats
+    assert second == first and manager.last_compaction_stats is stats
     for index in range(10):
         await manager.add_message(human(f"more {index} " + PROSE * 10))
         await manager.add_message({"role": "assistant", "content": PROSE * 10})
@@ -189,6 +219,7 @@ async def test_identical_notice_until_the_next_escalation(anyio_backend: str) ->
     assert new_stats is not None and new_stats is not stats
     assert later[-1]["content"] == notice_text(new_stats, "normal")
     assert later[-1]["content"] != first[-1]["content"]
+    assert sum(map(is_notice, later)) == 1
 
 
 async def test_notice_never_on_an_uncompacted_view(anyio_backend: str) -> None:
