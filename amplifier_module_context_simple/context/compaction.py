@@ -294,7 +294,10 @@ class Compactor:
         )
         yield from ladder.climbing()
         over = not ladder.fits
-        if ladder.total > plan.budget:
+        # the committed notice stays in the view while its decision does: room for it
+        notice = plan.decisions.notice
+        shown_notice = 0 if notice is None else notice[1]
+        if ladder.total + shown_notice > plan.budget:
             # The floor is over the whole budget, not merely the target: reduce it, leaving
             # room for the minimal notice (the model should know its context was cut), and
             # (but for hard fit) as far as the target (see the docstring).
@@ -321,6 +324,7 @@ class Compactor:
         reported = plan.decisions.floor_reported
         if ladder.changes == 0 and (not over or reported):
             return None, mark
+        ladder.replacing_notice()
         staged = yield from plan.decisions.merging(ladder)
         stats = yield from self.stating(history, plan, before, ladder, staged, target)
         if over:

@@ -669,6 +669,12 @@ class Ladder:
             self.stubbed.discard(seq)
             self.floor_truncated.discard(seq)
 
+    def replacing_notice(self) -> None:
+        """The run's decisions replace the committed ones (and their notice) even if no
+        rung changed a message (a floor reported anew): the view changes at the notice."""
+        if self.notice_row is not None:
+            self._changing(self.notice_row)
+
     def _changing(self, row: int) -> None:
         """``row`` is about to change: with preserved thinking, leave out the thinking of
         every row from the first change on (the rows before it keep their prefix)."""

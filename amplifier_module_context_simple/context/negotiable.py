@@ -160,7 +160,10 @@ class Negotiable:
                 after=len(rendered.messages),
                 room=ceiling - rendered.tokens,
             )
-        view, notice = policy.with_notice(rendered, decisions, room=ceiling - rendered.tokens)
+        # The committed notice stays where it is shown: the provider's count of the whole
+        # view (notice included) decides whether the view must shrink, not our estimate.
+        room = ceiling - rendered.tokens if decisions is not plan.decisions else None
+        view, notice = policy.with_notice(rendered, decisions, room=room)
         if decisions is plan.decisions:
             self._base_tokens = rendered.tokens + notice
             self._base_messages = len(rendered.messages) - (1 if notice else 0)

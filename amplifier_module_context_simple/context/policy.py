@@ -125,17 +125,17 @@ class RequestPolicy:
         return dataclasses.replace(decisions, notice=notice, notice_at=plan.length)
 
     def with_notice(
-        self, rendered: Rendered, decisions: Decisions, *, room: int
+        self, rendered: Rendered, decisions: Decisions, *, room: int | None
     ) -> tuple[list[dict[str, Any]], int]:
         """The messages of ``rendered`` (its own list, changed) with the notice of
-        ``decisions`` at its place (``notice_position``) when it fits ``room`` tokens.
-        Returns the messages and the notice's estimate (0 without one)."""
+        ``decisions`` at its place (``notice_position``) when it fits ``room`` tokens (None:
+        always). Returns the messages and the notice's estimate (0 without one)."""
         messages = rendered.messages
         index = self.notice_index(rendered, decisions)
         if index is None or decisions.notice is None:
             return messages, 0
         notice, tokens = decisions.notice
-        if tokens > room:
+        if room is not None and tokens > room:
             return messages, 0
         messages.insert(index, {**notice, "metadata": dict(notice["metadata"])})
         return messages, tokens
