@@ -132,6 +132,7 @@ class Compactor:
         protected = plan.protected | extra_protected
         overrides, override_tokens = decisions.overrides, decisions.override_tokens
         removed = decisions.removed
+        uncounted = plan.uncounted_thinking
         rows = Rows()
         calls: dict[int, int] = {}  # call messages' rows by seq (see the markers below)
         system_tokens = 0
@@ -160,7 +161,7 @@ class Compactor:
                     system_tokens += all_tokens[seq]
                 continue
             has_calls = seq in call_ids
-            message, tokens = publics[seq], all_tokens[seq]
+            message, tokens = publics[seq], all_tokens[seq] - uncounted.get(seq, 0)
             form: FormName = "full"
             if seq not in plan.protected:
                 if seq in removed:
@@ -412,6 +413,11 @@ class Compactor:
             results_synthesized=ladder.synthesized,
             protected_results_truncated=len(ladder.floor_truncated)
             + (previous.protected_results_truncated if previous is not None else 0),
+            thinking_blocks_omitted=sum(staged.thoughtless.values()),
+            thinking_messages_omitted=len(staged.thoughtless),
+            thinking_omitted_reason="prefix_changed" if staged.thoughtless else None,
+            preserved_thinking=plan.thinking.preserved,
+            thinking_rule_source=plan.thinking.source,
             omitted_tool_calls=omitted,
         )
 

@@ -72,6 +72,9 @@ class ContextConfig:
     max_tool_result_bytes: int = DEFAULT_MAX_TOOL_RESULT_BYTES
     count_every_rung: bool = False
     learn_provider_limits: bool = True
+    preserved_thinking: bool | str = "auto"
+    """Whether the model checks the prefix of thinking sent back (``thinking.py``):
+    ``"auto"`` reads the provider's report; ``true``/``false`` force it."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -147,6 +150,11 @@ def _boolean(key: str, value: object) -> None:
         raise _bad(key, value, "true or false")
 
 
+def _preserved_thinking(key: str, value: object) -> None:
+    if value != "auto" and not isinstance(value, bool):
+        raise _bad(key, value, '"auto", true or false')
+
+
 def _max_tokens(key: str, value: object) -> None:
     if value is not None:
         _positive_int(key, value)
@@ -189,4 +197,5 @@ _CHECKS: Final = {
     "max_tool_result_bytes": _tool_result_bytes,
     "count_every_rung": _boolean,
     "learn_provider_limits": _boolean,
+    "preserved_thinking": _preserved_thinking,
 }

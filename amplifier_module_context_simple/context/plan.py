@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..errors import RetainedContentMissingError
@@ -11,6 +11,7 @@ from .budget import LearnedLimit, apply_learned_limit, window_of
 from .config import ContextConfig
 from .decisions import Decisions
 from .history import History
+from .thinking import DEFAULT_RULE, ThinkingRule, thinking_rule
 
 __all__ = ("RequestArgs", "RequestPlan", "notice_reserve", "protected_seqs")
 
@@ -79,9 +80,17 @@ class RequestPlan:
     hard_fit: bool
     limit: LearnedLimit | None = None
     """The learned provider limit this request leaves for later ones (``budget.py``)."""
-    preserved_thinking: bool = True
-    """The model checks the prefix of the thinking a request sends back (``thinking.py``):
-    a compaction leaves out the thinking after its first change."""
+    thinking: ThinkingRule = DEFAULT_RULE
+    """The model's thinking rule (``thinking.py``): with a prefix check, a compaction
+    leaves out the thinking after its first change."""
+
+    uncounted_thinking: Mapping[int, int] = field(default_factory=dict)
+    """Seq -> thinking estimate the provider does not count (a model that drops earlier
+    turns' thinking: ``thinking.PriorThinking``); the view's estimate leaves it out."""
+
+    @property
+    def preserved_thinking(self) -> bool:
+        return self.thinking.preserved
 
     @classmethod
     def taken(
@@ -133,4 +142,5 @@ class RequestPlan:
             retained=bool(args.retain),
             hard_fit=args.hard_fit,
             limit=limit,
+            thinking=thinking_rule(config.preserved_thinking, args.provider),
         )

@@ -79,8 +79,9 @@ class RequestPolicy:
         self, plan: RequestPlan, decisions: Decisions, *, copy: bool = True
     ) -> Steps[Rendered]:
         """The view for ``plan`` under ``decisions`` (copies; system messages first), as steps
-        (``copy=False``: a shared view, see ``Rendered.shared``)."""
-        return self._renderer.rendering(
+        (``copy=False``: a shared view, see ``Rendered.shared``). Its estimate leaves out
+        the thinking the provider does not count (``RequestPlan.uncounted_thinking``)."""
+        view = yield from self._renderer.rendering(
             plan.history,
             plan.length,
             epoch=plan.epoch,
@@ -89,6 +90,12 @@ class RequestPolicy:
             factory_text=plan.factory_text,
             copy=copy,
         )
+        uncounted = plan.uncounted_thinking
+        if not uncounted:
+            return view
+        removed = decisions.removed
+        left_out = sum(tokens for seq, tokens in uncounted.items() if seq not in removed)
+        return dataclasses.replace(view, tokens=view.tokens - left_out)
 
     def noticed(
         self, plan: RequestPlan, decisions: Decisions, *, before: int, after: int, room: int
@@ -102,7 +109,10 @@ class RequestPolicy:
         (``notice.py``), so every later view extends the one it was first shown in.
         """
         config = self._config()
-        if not config.compaction_notice_enabled or decisions.level < config.compaction_notice_min_level:
+        if (
+            not config.compaction_notice_enabled
+            or decisions.level < config.compaction_notice_min_level
+        ):
             return dataclasses.replace(decisions, notice=None, notice_at=plan.length)
         omitted = yield from omitting_calls(plan.history, decisions)
         facts = {

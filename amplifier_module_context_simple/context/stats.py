@@ -42,6 +42,18 @@ class CompactionStats:
     after it shows byte for byte (a provider's prompt cache can keep them)."""
     first_changed_message: int | None = None
     """Index of the first message the compaction changed (None when it changed none)."""
+    thinking_blocks_omitted: int = 0
+    """Thinking blocks the view leaves out of the messages it shows (cumulative)."""
+    thinking_messages_omitted: int = 0
+    """Assistant messages the view shows without their thinking (or, thinking alone, not
+    at all)."""
+    thinking_omitted_reason: str | None = None
+    """``"prefix_changed"`` when thinking is left out: a compaction changed the view before
+    it, and the model checks the prefix of thinking sent back (docs/thinking.md)."""
+    preserved_thinking: bool = True
+    """Whether the request's model was read as checking the prefix of thinking."""
+    thinking_rule_source: str = "default"
+    """Where that was read: ``config``, ``provider_capabilities``, ``model_id``, ``default``."""
     omitted_tool_calls: tuple[str, ...] = ()
     """``name(key=value)`` of each tool call the view no longer shows whole (removed, or
     its result shortened), oldest first (``facts.py``)."""

@@ -49,6 +49,7 @@ from .policy import RequestPolicy, check_retain
 from .render import Renderer
 from .slices import Pacer, run_through
 from .state import ObservableState, Ref, freeze
+from .thinking import PriorThinking, ThinkingRule
 
 __all__ = (
     "BUDGET_EVENT",
@@ -124,6 +125,7 @@ class ContextStore:
         self._meter = TokenMeter()
         self._factory: SystemPromptFactory | None = None
         self._compactor = Compactor(lambda: self._config)
+        self._prior_thinking = PriorThinking()
         self._policy = RequestPolicy(
             lambda: self._config,
             renderer=Renderer(),
@@ -334,6 +336,7 @@ class ContextStore:
         self._decisions = Decisions()
         self._commit_version += 1
         self._compactor.reset()
+        self._prior_thinking.reset()
 
     async def _report_clip(self, clip: IngressClip) -> None:
         delivered = await self._emit(INGRESS_EVENT, clip.payload())
@@ -476,6 +479,7 @@ class ContextStore:
             plan.effective,
             synthesized=planned.synthesized,
             floor_held=planned.floor_held,
+            thinking=plan.thinking,
         )
         if planned.new_stats and staged is not None and staged.stats is not None:
             await self._emit(COMPACTION_EVENT, dict(staged.stats.to_event()))
@@ -566,7 +570,7 @@ class ContextStore:
             RetainedContentMissingError: a retained body is not in the admitted history.
         """
         provenance, factory_text, _ = inputs
-        return RequestPlan.taken(
+        plan = RequestPlan.taken(
             RequestArgs(provenance, factory_text, token_budget, provider, retain, hard_fit),
             config=self._config,
             learned=self._learned,
@@ -575,13 +579,24 @@ class ContextStore:
             version=self.version,
             decisions=self._decisions,
         )
+        if plan.thinking.keeps_prior:
+            return plan
+        uncounted = self._prior_thinking.uncounted(plan.history, plan.length)
+        return dataclasses.replace(plan, uncounted_thinking=uncounted) if uncounted else plan
 
     def _publish_meter(
-        self, estimated: int, budget: int, *, synthesized: int = 0, floor_held: bool = False
+        self,
+        estimated: int,
+        budget: int,
+        *,
+        synthesized: int = 0,
+        floor_held: bool = False,
+        thinking: ThinkingRule | None = None,
     ) -> None:
         """Refresh the meter stats. ``floor_held``: the request reached the trigger but
         did not compact, because a reported protected floor still holds (it fits the
-        budget; see ``Compactor.floor_holds``)."""
+        budget; see ``Compactor.floor_holds``). ``thinking``: the request's thinking rule
+        (with the thinking the committed decisions leave out of the view)."""
         stats = self._meter.stats(
             mode=self._config.token_meter,
             estimated=estimated,
@@ -591,6 +606,10 @@ class ContextStore:
         stats["results_synthesized"] = synthesized
         stats["floor_held"] = floor_held
         stats["provider_limit"] = self._learned.limit if self._learned is not None else None
+        if thinking is not None:
+            stats["preserved_thinking"] = thinking.preserved
+            stats["thinking_rule_source"] = thinking.source
+            stats["thinking_blocks_omitted"] = sum(self._decisions.thoughtless.values())
         self._last_token_meter_stats = stats
 
     def _check_version(self, version: tuple[int, int]) -> None:
@@ -671,7 +690,11 @@ class ContextStore:
         await self._emit_budget(plan.provenance)
         self._learned = plan.limit
         self._publish_meter(
-            estimated, plan.effective, synthesized=synthesized, floor_held=floor_held
+            estimated,
+            plan.effective,
+            synthesized=synthesized,
+            floor_held=floor_held,
+            thinking=plan.thinking,
         )
         assert self._last_token_meter_stats is not None
         self._last_token_meter_stats["provider_count"] = provider_count

@@ -68,8 +68,9 @@ def _blocks(message: Mapping[str, Any]) -> list[Any]:
         blocks.extend(content)
     elif content is not None:
         blocks.append({"type": "unknown", "value": content})
-    for call in message.get("tool_calls") or ():
-        blocks.append({"type": "tool_call_field", "call": call})
+    blocks.extend(
+        {"type": "tool_call_field", "call": call} for call in message.get("tool_calls") or ()
+    )
     for key in sorted(set(message) - _SKIPPED_KEYS):
         if role == "tool" and key == "tool_call_id":
             continue
@@ -226,4 +227,3 @@ class PrefixLedger:
             if not shows_thinking and any(answer.stripped == turn for answer in answers):
                 left_out += 1
         return left_out
-

@@ -20,7 +20,12 @@ from amplifier_module_context_simple import ContextLengthError, SimpleContextMan
 from amplifier_module_context_simple.context.estimate import estimate_message
 from amplifier_module_context_simple.context.notice import notice_message
 from amplifier_module_context_simple.provider_rules import check_provider_valid
-from amplifier_module_context_simple.testing import strip_notice, call_ids, check_view_invariants, is_notice
+from amplifier_module_context_simple.testing import (
+    call_ids,
+    check_view_invariants,
+    is_notice,
+    strip_notice,
+)
 from tests.context.strategies import calls, fill, result_ids_of, results
 
 pytestmark = pytest.mark.anyio

@@ -97,7 +97,19 @@ def ordinary(budget: int) -> Request:
 
 # -- generated sessions ----------------------------------------------------------------------
 
-WORDS = "alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega".split()
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "theta",
+    "kappa",
+    "lambda",
+    "sigma",
+    "omega",
+]
 
 
 def _text(rng: random.Random, words: int) -> str:
@@ -107,7 +119,11 @@ def _text(rng: random.Random, words: int) -> str:
 def _thinking(fmt: str, rng: random.Random, n: int) -> dict[str, Any]:
     if fmt == "anthropic" and rng.random() < 0.2:
         return {"type": "redacted_thinking", "data": f"opaque-{n}-{rng.getrandbits(32):x}"}
-    block = {"type": "thinking", "thinking": _text(rng, rng.randint(5, 120)), "signature": f"sig-{n}"}
+    block = {
+        "type": "thinking",
+        "thinking": _text(rng, rng.randint(5, 120)),
+        "signature": f"sig-{n}",
+    }
     if fmt == "amplifier":
         block["visibility"] = "internal"
     return block
@@ -136,9 +152,13 @@ def thinking_session(fmt: str, turns: int, seed: int) -> list[dict[str, Any]]:
         ids = [f"c{turn}_{k}" for k in range(rng.choice([0, 1, 1, 2]))]
         message: dict[str, Any] = {"role": "assistant", "content": blocks}
         if fmt == "anthropic":
-            blocks += [{"type": "tool_use", "id": i, "name": "read", "input": {"p": i}} for i in ids]
+            blocks += [
+                {"type": "tool_use", "id": i, "name": "read", "input": {"p": i}} for i in ids
+            ]
         elif ids:
-            blocks += [{"type": "tool_call", "id": i, "name": "read", "input": {"p": i}} for i in ids]
+            blocks += [
+                {"type": "tool_call", "id": i, "name": "read", "input": {"p": i}} for i in ids
+            ]
             message["tool_calls"] = [{"id": i, "tool": "read", "arguments": {"p": i}} for i in ids]
         messages.append(message)
         for call_id in ids:
@@ -147,7 +167,9 @@ def thinking_session(fmt: str, turns: int, seed: int) -> list[dict[str, Any]]:
                 messages.append(
                     {
                         "role": "user",
-                        "content": [{"type": "tool_result", "tool_use_id": call_id, "content": body}],
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": call_id, "content": body}
+                        ],
                     }
                 )
             else:

@@ -8,7 +8,6 @@ produced it (0 invalid), and none is left out that could have been sent validly.
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any
 
@@ -120,10 +119,10 @@ def negotiated(limit: int, rollback_every: int = 0) -> Any:
             )
 
         result = await ask()
-        if rollback_every and number % rollback_every == rollback_every - 1:
-            if result["transaction"] is not None:
-                result["transaction"].rollback()
-                result = await ask()
+        rolls_back = rollback_every and number % rollback_every == rollback_every - 1
+        if rolls_back and result["transaction"] is not None:
+            result["transaction"].rollback()
+            result = await ask()
         if result["transaction"] is not None:
             assert await result["transaction"].commit()
         view: list[dict[str, Any]] = result["base_view"]
@@ -138,7 +137,10 @@ async def test_negotiated_real_conversations_keep_every_thinking_block_valid(
 ) -> None:
     for limit in (12_000, 24_000):
         tally = await replay_checked(
-            conv.messages, negotiated(limit, rollback_every=4), token_meter="actual", max_tokens=limit
+            conv.messages,
+            negotiated(limit, rollback_every=4),
+            token_meter="actual",
+            max_tokens=limit,
         )
         assert (tally.invalid_requests, tally.left_out) == (0, 0), (limit, tally.first_invalid)
 
