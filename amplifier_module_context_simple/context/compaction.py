@@ -163,6 +163,12 @@ class Compactor:
             has_calls = seq in call_ids
             message, tokens = publics[seq], all_tokens[seq] - uncounted.get(seq, 0)
             form: FormName = "full"
+            if seq < plan.thinking_floor and message is not None:
+                made = _thoughtless(message)
+                if made is not None:
+                    if made[0] is None:
+                        continue  # thinking alone, below the floor: not in the view
+                    message, tokens = made[0], made[1]
             if seq not in plan.protected:
                 if seq in removed:
                     continue

@@ -134,6 +134,8 @@ class Negotiable:
         if self._base is not None:
             return
         self._developers = yield from self._policy.developer_seqs(self._plan)
+        rendered = yield from self._policy.rendering(self._plan, self._plan.decisions, copy=False)
+        self._plan = self._policy.based(self._plan, rendered)
         self._base = yield from self._candidate(self._plan.decisions)
 
     async def pace(self, steps: Steps[T]) -> T:

@@ -84,6 +84,15 @@ class RequestPlan:
     """The model's thinking rule (``thinking.py``): with a prefix check, a compaction
     leaves out the thinking after its first change."""
 
+    thinking_floor: int = 0
+    """Messages with a smaller seq are shown without their thinking: a change before them
+    that no decision made (the system part changed) invalidated it (``docs/thinking.md``)."""
+    sent_systems: tuple[object, ...] | None = None
+    """The system part of the last view a request of this history returned (None: none
+    yet): a view whose system part differs raises the thinking floor."""
+    shown_systems: tuple[object, ...] | None = None
+    """The system part this request's view shows, once rendered (what the store records
+    as ``sent_systems`` when the request returns)."""
     uncounted_thinking: Mapping[int, int] = field(default_factory=dict)
     """Seq -> thinking estimate the provider does not count (a model that drops earlier
     turns' thinking: ``thinking.PriorThinking``); the view's estimate leaves it out."""

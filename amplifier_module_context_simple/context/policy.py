@@ -46,6 +46,8 @@ class Planned:
     new_stats: bool
     floor_held: bool
     """The trigger was reached but a reported floor still holds (no ladder ran)."""
+    plan: RequestPlan
+    """The request's plan as it returned (its thinking floor and system part)."""
 
 
 class RequestPolicy:
@@ -89,6 +91,7 @@ class RequestPolicy:
             protected=plan.protected,
             factory_text=plan.factory_text,
             copy=copy,
+            thinking_floor=plan.thinking_floor,
         )
         uncounted = plan.uncounted_thinking
         if not uncounted:
@@ -178,6 +181,21 @@ class RequestPolicy:
         view of the same history with no compaction at all."""
         uncompacted = rendered.system_tokens + plan.history.uncompacted_body_tokens(plan.length)
         return min(plan.budget, uncompacted)
+
+    def based(self, plan: RequestPlan, rendered: Rendered) -> RequestPlan:
+        """``plan`` once its view under the committed decisions is rendered: with the system
+        part it shows and, when that differs from the last returned view's and the model
+        checks the prefix of thinking, a thinking floor at the request's length (every
+        thinking block before it was produced under another system part)."""
+        plan = dataclasses.replace(plan, shown_systems=rendered.system_key)
+        if (
+            plan.preserved_thinking
+            and plan.sent_systems is not None
+            and rendered.system_key != plan.sent_systems
+            and plan.thinking_floor < plan.length
+        ):
+            plan = dataclasses.replace(plan, thinking_floor=plan.length)
+        return plan
 
     # -- the trigger --------------------------------------------------------------------
 
@@ -288,6 +306,10 @@ class RequestPolicy:
         """
         # read only (shared): the view returned is rendered, or copied, below
         rendered = yield from self.rendering(plan, plan.decisions, copy=False)
+        based = self.based(plan, rendered)
+        if based.thinking_floor != plan.thinking_floor:
+            rendered = yield from self.rendering(based, based.decisions, copy=False)
+        plan = based
         self.check_required_floor(plan, rendered)
         estimated = rendered.tokens
         staged: Decisions | None = None
@@ -335,7 +357,7 @@ class RequestPolicy:
         if plan.retained or plan.hard_fit:
             self.check_final_fit(plan, view.tokens + notice_tokens)
         new_stats = staged is not None and staged.stats is not plan.decisions.stats
-        return Planned(staged, floor, messages, estimated, view.synthesized, new_stats, held)
+        return Planned(staged, floor, messages, estimated, view.synthesized, new_stats, held, plan)
 
 
 def _fitting_notice(

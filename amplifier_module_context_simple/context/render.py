@@ -25,12 +25,14 @@ from typing import Any, Final, overload
 
 from .decisions import Decisions
 from .estimate import estimate_message
+from .forms import thoughtless_form
 from .history import BODY, HOOK_SYSTEM, SYSTEM, History, copy_message, marker_owner
 from .slices import STRIDE, Steps, run_through
 
 __all__ = (
     "Rendered",
     "Renderer",
+    "UnthoughtForms",
 )
 
 _CHUNK: Final = 16 * STRIDE
@@ -55,6 +57,9 @@ class Rendered:
     with_metadata: tuple[Sequence[int], int] = ((), 0)
     """Of a shared view: the body positions whose metadata dict a copy copies too (the
     first ``count`` of the renderer's list, which only ever grows)."""
+    system_key: tuple[object, ...] = ()
+    """What the system part shows: the factory text (or None) and the seqs of the stored
+    system messages, in order. A change invalidates every thinking block before it."""
     body_seqs: Sequence[int] = ()
     """The seq of each body message (``messages[system_count:]``; a synthesized result
     has its call's), read-only: where the compaction notice goes (``notice_position``)."""
@@ -76,7 +81,7 @@ class Rendered:
 class _Shown:
     """The forms a view shows for one (epoch, order version, intact set, factory) key."""
 
-    key: tuple[int, int, frozenset[int], bool]
+    key: tuple[int, int, frozenset[int], bool, int]
     decisions: Decisions
     length: int = 0
     position: int = 0
@@ -92,6 +97,7 @@ class _Shown:
     body_tokens: int = 0
     body_token_list: array[int] = field(default_factory=lambda: array("q"))
     body_seq_list: array[int] = field(default_factory=lambda: array("q"))
+    system_seq_list: array[int] = field(default_factory=lambda: array("q"))
     system_token_list: array[int] = field(default_factory=lambda: array("q"))
     synthesized: int = 0
 
@@ -104,6 +110,7 @@ class _Shown:
             with_metadata=self.with_metadata[:],
             body_token_list=self.body_token_list[:],
             body_seq_list=self.body_seq_list[:],
+            system_seq_list=self.system_seq_list[:],
             system_token_list=self.system_token_list[:],
         )
 
@@ -114,6 +121,8 @@ class Renderer:
     def __init__(self) -> None:
         self._shown: _Shown | None = None
         self._factory: tuple[str, int] | None = None
+        self._unthought = UnthoughtForms()
+        """The forms without thinking of the messages below a thinking floor."""
 
     def rendering(
         self,
@@ -125,6 +134,7 @@ class Renderer:
         protected: frozenset[int],
         factory_text: str | None,
         copy: bool = True,
+        thinking_floor: int = 0,
     ) -> Steps[Rendered]:
         """The view of the first ``length`` entries of ``history`` under ``decisions``.
 
@@ -136,7 +146,8 @@ class Renderer:
 
         As steps (see the module docstring). ``copy=False``: a *shared* view (its body
         is the renderer's own dicts; see ``Rendered.shared``), for a request that only
-        reads it and then renders the view it returns.
+        reads it and then renders the view it returns. Messages with a seq below
+        ``thinking_floor`` are shown without their thinking blocks (``UnthoughtForms``).
         """
         # protected messages a decision removed or reduced: shown as admitted
         intact = (
@@ -146,7 +157,13 @@ class Renderer:
             if protected and not decisions.is_empty
             else frozenset()
         )
-        key = (epoch, history.order_version, frozenset(intact), factory_text is not None)
+        key = (
+            epoch,
+            history.order_version,
+            frozenset(intact),
+            factory_text is not None,
+            thinking_floor,
+        )
         shown = self._shown
         fresh = (
             shown is None
@@ -159,8 +176,11 @@ class Renderer:
             shown = _Shown(key, decisions)
         if shown.length < length:
             factory = factory_text is not None
+            unthought = self._unthought.below(history, thinking_floor)
             if not fresh and len(history.order) - shown.position <= _CHUNK:
-                run_through(self._extend(shown, history, history.order, length, intact, factory))
+                run_through(
+                    self._extend(shown, history, history.order, length, intact, factory, unthought)
+                )
             else:
                 # a long look: on a private list (and a copy of the order, which an
                 # admission may insert into meanwhile), remembered once complete
@@ -168,7 +188,7 @@ class Renderer:
                     shown = shown.copy()
                 order = history.order[:]
                 yield
-                yield from self._extend(shown, history, order, length, intact, factory)
+                yield from self._extend(shown, history, order, length, intact, factory, unthought)
                 self._shown = shown
         elif fresh:
             self._shown = shown
@@ -193,6 +213,7 @@ class Renderer:
             shared=True,
             with_metadata=(shown.with_metadata, len(shown.with_metadata)),
             body_seqs=shown.body_seq_list[: len(body)],
+            system_key=(factory_text, tuple(shown.system_seq_list)),
         )
         if not copy:
             return view
@@ -232,6 +253,7 @@ class Renderer:
         length: int,
         intact: frozenset[int],
         factory: bool,
+        unthought: Mapping[int, tuple[dict[str, Any] | None, int]],
     ) -> Steps[None]:
         decisions = shown.decisions
         overrides, override_tokens, removed = (
@@ -286,6 +308,11 @@ class Renderer:
                 if item in overrides and item not in intact:
                     form, tokens = overrides[item], override_tokens[item]
                     has_metadata = "metadata" in form
+                elif item in unthought:
+                    form, tokens = unthought[item]
+                    if form is None:
+                        continue  # thinking alone: nothing left to show
+                    has_metadata = "metadata" in form
                 if has_metadata:
                     shown.with_metadata.append(len(body))
                 body.append(form)  # type: ignore[arg-type]  # not SKIP: has a public form
@@ -294,10 +321,44 @@ class Renderer:
                 shown.body_seq_list.append(item)
             elif (kind == SYSTEM and not factory) or kind == HOOK_SYSTEM:
                 shown.systems.append(publics[item])  # type: ignore[arg-type]  # not SKIP
+                shown.system_seq_list.append(item)
                 shown.system_tokens += all_tokens[item]
                 shown.system_token_list.append(all_tokens[item])
         shown.position = position
         shown.length = length
+
+
+class UnthoughtForms:
+    """The messages below a thinking floor, shown without their thinking: seq -> (form,
+    estimate), form None for a message of thinking alone (a sparse dict: only messages
+    with thinking). Filled once per seq, for one history object."""
+
+    __slots__ = ("_forms", "_history", "_scanned")
+
+    def __init__(self) -> None:
+        self._history: History | None = None
+        self._scanned = 0
+        self._forms: dict[int, tuple[dict[str, Any] | None, int]] = {}
+
+    def below(
+        self, history: History, floor: int
+    ) -> Mapping[int, tuple[dict[str, Any] | None, int]]:
+        """The forms of the messages with a seq below ``floor`` that carry thinking."""
+        if history is not self._history:
+            self._history, self._scanned, self._forms = history, 0, {}
+        if floor <= 0:
+            return {}
+        publics = history.entries.public
+        for seq in range(self._scanned, min(floor, len(publics))):
+            public = publics[seq]
+            made = thoughtless_form(public) if public is not None else None
+            if made is not None:
+                form = made[0]
+                self._forms[seq] = (form, 0 if form is None else estimate_message(form))
+        self._scanned = max(self._scanned, floor)
+        if all(seq < floor for seq in self._forms):
+            return self._forms
+        return {seq: form for seq, form in self._forms.items() if seq < floor}
 
 
 class _Concat(Sequence[int]):

@@ -126,6 +126,10 @@ class ContextStore:
         self._factory: SystemPromptFactory | None = None
         self._compactor = Compactor(lambda: self._config)
         self._prior_thinking = PriorThinking()
+        self._thinking_floor = 0
+        """Messages with a smaller seq are shown without thinking (``RequestPolicy.based``)."""
+        self._sent_systems: tuple[object, ...] | None = None
+        """The system part of the last view a request returned (this history)."""
         self._policy = RequestPolicy(
             lambda: self._config,
             renderer=Renderer(),
@@ -337,6 +341,8 @@ class ContextStore:
         self._commit_version += 1
         self._compactor.reset()
         self._prior_thinking.reset()
+        self._thinking_floor = 0
+        self._sent_systems = None
 
     async def _report_clip(self, clip: IngressClip) -> None:
         delivered = await self._emit(INGRESS_EVENT, clip.payload())
@@ -472,6 +478,7 @@ class ContextStore:
         staged = planned.staged
         if staged is not None:
             self._commit(staged, plan.version)
+        self._sent(planned.plan)
         self._compactor.floor = planned.floor
         self._learned = plan.limit
         self._publish_meter(
@@ -486,6 +493,14 @@ class ContextStore:
         await self._emit_budget(plan.provenance)
         return planned.messages
 
+    def _sent(self, plan: RequestPlan) -> None:
+        """A request of ``plan`` returned its view: remember its system part and thinking
+        floor (the next request's view is compared with them: ``RequestPolicy.based``)."""
+        if plan.epoch != self._epoch:
+            return
+        self._thinking_floor = max(self._thinking_floor, plan.thinking_floor)
+        self._sent_systems = plan.shown_systems
+
     def _stamp(self) -> tuple[object, ...]:
         """What an ordinary plan depends on besides its snapshot: when this changed while a
         plan was paused, the plan is stale."""
@@ -498,6 +513,8 @@ class ContextStore:
             self._learned,
             self._config,
             measured,
+            self._thinking_floor,
+            self._sent_systems,
         )
 
     # -- planning ---------------------------------------------------------------------------
@@ -578,6 +595,9 @@ class ContextStore:
             epoch=self._epoch,
             version=self.version,
             decisions=self._decisions,
+        )
+        plan = dataclasses.replace(
+            plan, thinking_floor=self._thinking_floor, sent_systems=self._sent_systems
         )
         if plan.thinking.keeps_prior:
             return plan
@@ -689,6 +709,7 @@ class ContextStore:
         then publish the meter stats. A delivery that raises publishes nothing."""
         await self._emit_budget(plan.provenance)
         self._learned = plan.limit
+        self._sent(plan)
         self._publish_meter(
             estimated,
             plan.effective,

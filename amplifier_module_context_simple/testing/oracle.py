@@ -605,8 +605,9 @@ def check_view_invariants(
             raise fail(2, "protected", f"missing or altered: {message!r:.300}")
 
     # 1: the providers' own rules
+    # (positions in the view as sent: past the notice, one further)
     verbatim = {
-        systems + offset
+        systems + offset + (1 if notice and offset >= placed[0] else 0)
         for offset, k in enumerate(chosen)
         if not layout.slots[k].synthesized and reduced_kind(body[offset]) is None
     }

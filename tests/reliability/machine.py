@@ -8,6 +8,10 @@ store through everything that changes it, against two models written from the co
 - ``ReferenceStore`` (``testing``): the canonical history and the version;
 - the committed decisions: the very object the last commit made the store's (an ordinary
   request's own, a transaction's staged one), reset by ``set_messages``/``clear``;
+- the preserved-thinking rule (``testing.thinking_oracle.PrefixLedger``): the model answers
+  the last view it was sent with an assistant message carrying thinking blocks, and every
+  later view must show each block with the prefix it was produced with and leave out none
+  that could have been sent validly (a replaced or cleared history starts over);
 - ``MODEL_TABLE``: the transaction machine (states, events, their effects) of one request
   the model *drives* through its internal API - every driver method (``stage``,
   ``counting``, ``counted``, ``fitting``, ``fitted``, ``no_fit``, ``finish``,
@@ -65,6 +69,7 @@ from amplifier_module_context_simple.testing import (
     faulty_count_view,
     snapshot,
 )
+from amplifier_module_context_simple.testing.thinking_oracle import PrefixLedger
 from tests.negotiator.orchestrator import counting, proportional
 from tests.negotiator.test_transaction import API, TAKES_CANDIDATE
 from tests.reliability.harness import EXAMPLES, LIMIT, describe, track_transactions
@@ -204,16 +209,30 @@ class StoreMachine(RuleBasedStateMachine):
         """READY handles never committed, with the store version they were planned on."""
         self.ids = 0
         self.driven: Driven | None = None
+        self.thinking = PrefixLedger()
+        self.sent: list[dict[str, Any]] | None = None
+        """The last view a request returned for sending (what the next answer answers)."""
+        self.thoughts = 0
+        self.answerable = False
 
     def teardown(self) -> None:
         self._stack.close()
 
     # -- helpers -----------------------------------------------------------------------
 
-    def check_view(self, view: Any, **kwargs: Any) -> None:
-        check_view_invariants(self.admitted, view, **kwargs)
+    def check_view(self, view: Any, *, sent: bool = True, **kwargs: Any) -> None:
+        report = check_view_invariants(self.admitted, view, **kwargs)
         json.dumps(view)
         EXAMPLES["T8 views checked"] += 1
+        verdict = self.thinking.check(view)
+        assert verdict.invalid == (), f"thinking shown with another prefix: {verdict.invalid}"
+        assert verdict.left_out == 0, "thinking left out that could have been sent validly"
+        if verdict.shown:
+            EXAMPLES["T8 views showing thinking"] += 1
+        # (a view with calls still waiting for results is not one a provider answers)
+        self.answerable = not report.pending
+        if sent and self.answerable:
+            self.sent = view
 
     def note_version(self, before: tuple[int, int]) -> None:
         """An ordinary request may commit its own compaction (the commit counter moves by 1,
@@ -227,9 +246,12 @@ class StoreMachine(RuleBasedStateMachine):
             self.decisions = self.manager._decisions
 
     def note_reset(self, replaced: bool) -> None:
-        """After ``set_messages``/``clear``: a replaced history starts with no decisions."""
+        """After ``set_messages``/``clear``: a replaced history starts with no decisions
+        (and its views are a new base: nothing it shows was produced by an earlier view)."""
         if not replaced:
             return
+        self.thinking = PrefixLedger()
+        self.sent = None
         assert self.manager._decisions == Decisions(), "a reset kept sticky decisions"
         self.decisions = self.manager._decisions
         if self.driven is not None:
@@ -244,6 +266,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.decisions = staged
 
     def admit(self, message: Any) -> bool:
+        self.sent = None  # an answer answers the view it follows directly
         before = snapshot(self.manager)
         try:
             self.portal.call(self.manager.add_message, message)
@@ -273,7 +296,7 @@ class StoreMachine(RuleBasedStateMachine):
             )
 
         result: dict[str, Any] = self.portal.call(go)
-        self.check_view(result["base_view"])
+        self.check_view(result["base_view"], sent=False)
         return result
 
     # -- admissions ---------------------------------------------------------------------
@@ -294,6 +317,36 @@ class StoreMachine(RuleBasedStateMachine):
         for call_id in reversed(ids[: max(answered, 1) if answered else n]):
             self.admit(_result(fmt, call_id, size))
 
+    @precondition(lambda self: self.sent is not None)
+    @rule(fmt=st.sampled_from(["anthropic", "amplifier"]), calls=st.integers(0, 2))
+    def answer(self, fmt: str, calls: int) -> None:
+        """The model answers the last view it was sent: thinking (and text, and calls)."""
+        assert self.sent is not None
+        self.thoughts += 1
+        blocks: list[dict[str, Any]] = [
+            {
+                "type": "thinking",
+                "thinking": f"thought {self.thoughts} " + "reasoning " * 40,
+                "signature": f"sig-{self.thoughts}",
+            },
+            {"type": "text", "text": f"answer {self.thoughts}"},
+        ]
+        ids = self.fresh_ids(fmt, calls)
+        message: dict[str, Any] = {"role": "assistant", "content": blocks}
+        if fmt == "anthropic":
+            blocks += [{"type": "tool_use", "id": i, "name": "grep", "input": {}} for i in ids]
+        elif ids:
+            blocks[0]["visibility"] = "internal"
+            blocks += [{"type": "tool_call", "id": i, "name": "read", "input": {}} for i in ids]
+            message["tool_calls"] = [{"id": i, "tool": "read", "arguments": {}} for i in ids]
+        view, self.sent = self.sent, None
+        if not self.admit(message):
+            return
+        self.thinking.answered(view, message)
+        EXAMPLES["T8 answers with thinking"] += 1
+        for call_id in ids:
+            self.admit(_result(fmt, call_id, 600))
+
     @rule(body=st.sampled_from(BODIES))
     def add_envelope(self, body: str) -> None:
         metadata = {"ephemeral": True, "persisted": True, "source": "hook"}
@@ -308,6 +361,7 @@ class StoreMachine(RuleBasedStateMachine):
         """Re-set the admitted list plus more (an extension: nothing resets) or another list
         (a replacement)."""
         messages = [*self.admitted, *history.messages] if extend else history.messages
+        self.sent = None
         self.portal.call(self.manager.set_messages, messages)
         self.note_reset(self.model.set(messages))
         self.admitted = list(messages)
@@ -370,6 +424,8 @@ class StoreMachine(RuleBasedStateMachine):
         if transaction is not None:
             assert self.portal.call(transaction.commit) is True
             self.note_commit(transaction)
+        if self.answerable:
+            self.sent = result["base_view"]
 
     @rule(scale=st.sampled_from([0.05, 0.3, 1.0]))
     def negotiate_then_rollback(self, scale: float) -> None:
@@ -465,7 +521,7 @@ class StoreMachine(RuleBasedStateMachine):
         result = self.portal.call(go)
         after = snapshot(self.manager)
         if isinstance(result, dict):
-            self.check_view(result["base_view"])
+            self.check_view(result["base_view"], sent=False)
             if result["transaction"] is not None:
                 result["transaction"].rollback()
             EXAMPLES["T8 faulty negotiations that returned"] += 1

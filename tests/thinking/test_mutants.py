@@ -11,11 +11,13 @@ planted mutant                                      caught as
 the notice is re-placed at the tail of every view   requests with an invalid block
 a compaction keeps the thinking after its change    requests with an invalid block
 a compaction drops the thinking before its change   valid blocks left out (none invalid)
+a changed system part keeps the earlier thinking    requests with an invalid block
 ==================================================  =========================================
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,8 +27,12 @@ import pytest
 import amplifier_module_context_simple.context.policy as policy_module
 from amplifier_module_context_simple.context.ladder import Ladder
 from amplifier_module_context_simple.context.notice import tail_is_safe
+from amplifier_module_context_simple.context.plan import RequestPlan
+from amplifier_module_context_simple.context.policy import RequestPolicy
+from amplifier_module_context_simple.context.render import Rendered
 from tests.realdata import conversations
-from tests.thinking.sessions import ordinary, replay_checked
+from tests.thinking.sessions import ordinary, replay_checked, thinking_session
+from tests.thinking.test_views import with_system_changes
 
 pytestmark = pytest.mark.anyio
 
@@ -77,3 +83,16 @@ async def test_a_compaction_that_drops_earlier_thinking_is_caught(
     monkeypatch.setattr(Ladder, "_changing", from_the_start)
     tally = await replay_checked(CONVERSATION.messages, ordinary(BUDGET))
     assert (tally.invalid_requests, tally.left_out > 0) == (0, True)
+
+
+async def test_a_system_change_that_keeps_earlier_thinking_is_caught(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def blind(self: RequestPolicy, plan: RequestPlan, rendered: Rendered) -> RequestPlan:
+        return dataclasses.replace(plan, shown_systems=rendered.system_key)
+
+    messages = with_system_changes(thinking_session("anthropic", 30, 301), every=5)
+    assert (await replay_checked(messages, ordinary(200_000))).invalid_requests == 0
+    monkeypatch.setattr(RequestPolicy, "based", blind)
+    tally = await replay_checked(messages, ordinary(200_000))
+    assert tally.invalid_requests > 0

@@ -158,3 +158,51 @@ async def test_negotiated_generated_sessions_keep_every_thinking_block_valid(
         total.add(tally)
     assert total.compactions > 3 and total.shown > 0
     assert (total.invalid_requests, total.left_out) == (0, 0), total.first_invalid
+
+
+def with_system_changes(messages: list[dict[str, Any]], every: int) -> list[dict[str, Any]]:
+    """``messages`` with a hook system message admitted before every ``every``-th assistant
+    turn (a hook injecting instructions mid-session: the system part changes)."""
+    out: list[dict[str, Any]] = []
+    turns = 0
+    for message in messages:
+        if message["role"] == "assistant":
+            turns += 1
+            if turns % every == 0:
+                out.append(
+                    {
+                        "role": "system",
+                        "content": f"Hook instruction {turns}: stay on task.",
+                        "metadata": {"source": "hook"},
+                    }
+                )
+        out.append(message)
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "amplifier"])
+async def test_a_changed_system_part_leaves_out_all_earlier_thinking(
+    fmt: str, anyio_backend: str
+) -> None:
+    """A system message admitted mid-session changes the prefix of every thinking block
+    before it: the views from then on leave them all out (and none that came after), on
+    both paths, whether or not a compaction happens."""
+    messages = with_system_changes(thinking_session(fmt, 40, 300), every=7)
+    for budget in (4_000, 200_000):
+        tally = await replay_checked(messages, ordinary(budget), validate=True)
+        assert tally.shown > 0
+        assert (tally.invalid_requests, tally.left_out) == (0, 0), (budget, tally.first_invalid)
+    tally = await replay_checked(
+        messages, negotiated(5_000, rollback_every=3), token_meter="actual", max_tokens=5_000
+    )
+    assert (tally.invalid_requests, tally.left_out) == (0, 0), tally.first_invalid
+
+
+async def test_a_changed_system_part_keeps_thinking_without_a_prefix_check(
+    anyio_backend: str,
+) -> None:
+    messages = with_system_changes(thinking_session("anthropic", 30, 301), every=5)
+    checked = await replay_checked(messages, ordinary(200_000))
+    unchecked = await replay_checked(messages, ordinary(200_000), preserved_thinking=False)
+    assert unchecked.shown > checked.shown
+    assert checked.compactions == unchecked.compactions == 0
