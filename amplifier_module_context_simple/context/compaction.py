@@ -38,6 +38,7 @@ from .render import Rendered
 from .rows import Form, FormName, Rows
 from .slices import HEAVY_STRIDE, STRIDE, Steps
 from .stats import CompactionStats
+from .thinking import covers
 
 __all__ = (
     "Compactor",
@@ -163,11 +164,11 @@ class Compactor:
             has_calls = seq in call_ids
             message, tokens = publics[seq], all_tokens[seq] - uncounted.get(seq, 0)
             form: FormName = "full"
-            if seq < plan.thinking_floor and message is not None:
+            if plan.unthought and message is not None and covers(plan.unthought, seq):
                 made = _thoughtless(message)
                 if made is not None:
                     if made[0] is None:
-                        continue  # thinking alone, below the floor: not in the view
+                        continue  # thinking alone, unthought: not in the view
                     message, tokens = made[0], made[1]
             if seq not in plan.protected:
                 if seq in removed:

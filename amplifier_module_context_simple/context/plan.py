@@ -11,7 +11,7 @@ from .budget import LearnedLimit, apply_learned_limit, window_of
 from .config import ContextConfig
 from .decisions import Decisions
 from .history import History
-from .thinking import DEFAULT_RULE, ThinkingRule, thinking_rule
+from .thinking import DEFAULT_RULE, Ranges, ThinkingRule, thinking_rule
 
 __all__ = ("RequestArgs", "RequestPlan", "notice_reserve", "protected_seqs")
 
@@ -84,9 +84,10 @@ class RequestPlan:
     """The model's thinking rule (``thinking.py``): with a prefix check, a compaction
     leaves out the thinking after its first change."""
 
-    thinking_floor: int = 0
-    """Messages with a smaller seq are shown without their thinking: a change before them
-    that no decision made (the system part changed) invalidated it (``docs/thinking.md``)."""
+    unthought: Ranges = ()
+    """Seq ranges shown without their thinking: a change before them that their own
+    decisions did not make (the system part changed; a transaction planned before them
+    committed after they were answered) invalidated it (``docs/thinking.md``)."""
     sent_systems: tuple[object, ...] | None = None
     """The system part of the last view a request of this history returned (None: none
     yet): a view whose system part differs raises the thinking floor."""

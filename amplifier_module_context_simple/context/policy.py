@@ -30,6 +30,7 @@ from .notice import notice_message, notice_position
 from .plan import RequestPlan
 from .render import Rendered, Renderer
 from .slices import Steps
+from .thinking import with_range
 
 __all__ = ("Planned", "RequestPolicy", "check_retain")
 
@@ -91,7 +92,7 @@ class RequestPolicy:
             protected=plan.protected,
             factory_text=plan.factory_text,
             copy=copy,
-            thinking_floor=plan.thinking_floor,
+            unthought=plan.unthought,
         )
         uncounted = plan.uncounted_thinking
         if not uncounted:
@@ -185,16 +186,17 @@ class RequestPolicy:
     def based(self, plan: RequestPlan, rendered: Rendered) -> RequestPlan:
         """``plan`` once its view under the committed decisions is rendered: with the system
         part it shows and, when that differs from the last returned view's and the model
-        checks the prefix of thinking, a thinking floor at the request's length (every
-        thinking block before it was produced under another system part)."""
+        checks the prefix of thinking, every message before the request's length unthought
+        (every thinking block there was produced under another system part)."""
         plan = dataclasses.replace(plan, shown_systems=rendered.system_key)
         if (
             plan.preserved_thinking
             and plan.sent_systems is not None
             and rendered.system_key != plan.sent_systems
-            and plan.thinking_floor < plan.length
         ):
-            plan = dataclasses.replace(plan, thinking_floor=plan.length)
+            unthought = with_range(plan.unthought, 0, plan.length)
+            if unthought != plan.unthought:
+                plan = dataclasses.replace(plan, unthought=unthought)
         return plan
 
     # -- the trigger --------------------------------------------------------------------
@@ -307,7 +309,7 @@ class RequestPolicy:
         # read only (shared): the view returned is rendered, or copied, below
         rendered = yield from self.rendering(plan, plan.decisions, copy=False)
         based = self.based(plan, rendered)
-        if based.thinking_floor != plan.thinking_floor:
+        if based.unthought != plan.unthought:
             rendered = yield from self.rendering(based, based.decisions, copy=False)
         plan = based
         self.check_required_floor(plan, rendered)

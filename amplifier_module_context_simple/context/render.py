@@ -26,6 +26,7 @@ from typing import Any, Final, overload
 from .decisions import Decisions
 from .estimate import estimate_message
 from .forms import thoughtless_form
+from .thinking import Ranges, covers
 from .history import BODY, HOOK_SYSTEM, SYSTEM, History, copy_message, marker_owner
 from .slices import STRIDE, Steps, run_through
 
@@ -81,7 +82,7 @@ class Rendered:
 class _Shown:
     """The forms a view shows for one (epoch, order version, intact set, factory) key."""
 
-    key: tuple[int, int, frozenset[int], bool, int]
+    key: tuple[int, int, frozenset[int], bool, Ranges]
     decisions: Decisions
     length: int = 0
     position: int = 0
@@ -122,7 +123,7 @@ class Renderer:
         self._shown: _Shown | None = None
         self._factory: tuple[str, int] | None = None
         self._unthought = UnthoughtForms()
-        """The forms without thinking of the messages below a thinking floor."""
+        """The forms without thinking of the messages in the unthought ranges."""
 
     def rendering(
         self,
@@ -134,7 +135,7 @@ class Renderer:
         protected: frozenset[int],
         factory_text: str | None,
         copy: bool = True,
-        thinking_floor: int = 0,
+        unthought: Ranges = (),
     ) -> Steps[Rendered]:
         """The view of the first ``length`` entries of ``history`` under ``decisions``.
 
@@ -146,8 +147,8 @@ class Renderer:
 
         As steps (see the module docstring). ``copy=False``: a *shared* view (its body
         is the renderer's own dicts; see ``Rendered.shared``), for a request that only
-        reads it and then renders the view it returns. Messages with a seq below
-        ``thinking_floor`` are shown without their thinking blocks (``UnthoughtForms``).
+        reads it and then renders the view it returns. Messages with a seq in one of the
+        ``unthought`` ranges are shown without their thinking blocks (``UnthoughtForms``).
         """
         # protected messages a decision removed or reduced: shown as admitted
         intact = (
@@ -162,7 +163,7 @@ class Renderer:
             history.order_version,
             frozenset(intact),
             factory_text is not None,
-            thinking_floor,
+            unthought,
         )
         shown = self._shown
         fresh = (
@@ -176,10 +177,10 @@ class Renderer:
             shown = _Shown(key, decisions)
         if shown.length < length:
             factory = factory_text is not None
-            unthought = self._unthought.below(history, thinking_floor)
+            forms = self._unthought.within(history, unthought)
             if not fresh and len(history.order) - shown.position <= _CHUNK:
                 run_through(
-                    self._extend(shown, history, history.order, length, intact, factory, unthought)
+                    self._extend(shown, history, history.order, length, intact, factory, forms)
                 )
             else:
                 # a long look: on a private list (and a copy of the order, which an
@@ -188,7 +189,7 @@ class Renderer:
                     shown = shown.copy()
                 order = history.order[:]
                 yield
-                yield from self._extend(shown, history, order, length, intact, factory, unthought)
+                yield from self._extend(shown, history, order, length, intact, factory, forms)
                 self._shown = shown
         elif fresh:
             self._shown = shown
@@ -329,36 +330,38 @@ class Renderer:
 
 
 class UnthoughtForms:
-    """The messages below a thinking floor, shown without their thinking: seq -> (form,
+    """The messages in the unthought ranges, shown without their thinking: seq -> (form,
     estimate), form None for a message of thinking alone (a sparse dict: only messages
-    with thinking). Filled once per seq, for one history object."""
+    with thinking). Filled once per range, for one history object."""
 
     __slots__ = ("_forms", "_history", "_scanned")
 
     def __init__(self) -> None:
         self._history: History | None = None
-        self._scanned = 0
+        self._scanned: set[tuple[int, int]] = set()
         self._forms: dict[int, tuple[dict[str, Any] | None, int]] = {}
 
-    def below(
-        self, history: History, floor: int
+    def within(
+        self, history: History, ranges: Ranges
     ) -> Mapping[int, tuple[dict[str, Any] | None, int]]:
-        """The forms of the messages with a seq below ``floor`` that carry thinking."""
+        """The forms of the messages in ``ranges`` that carry thinking."""
         if history is not self._history:
-            self._history, self._scanned, self._forms = history, 0, {}
-        if floor <= 0:
+            self._history, self._scanned, self._forms = history, set(), {}
+        if not ranges:
             return {}
         publics = history.entries.public
-        for seq in range(self._scanned, min(floor, len(publics))):
-            public = publics[seq]
-            made = thoughtless_form(public) if public is not None else None
-            if made is not None:
-                form = made[0]
-                self._forms[seq] = (form, 0 if form is None else estimate_message(form))
-        self._scanned = max(self._scanned, floor)
-        if all(seq < floor for seq in self._forms):
-            return self._forms
-        return {seq: form for seq, form in self._forms.items() if seq < floor}
+        for lo, hi in ranges:
+            if (lo, hi) in self._scanned:
+                continue
+            for seq in range(lo, min(hi, len(publics))):
+                public = publics[seq]
+                made = thoughtless_form(public) if public is not None else None
+                if made is not None:
+                    form = made[0]
+                    self._forms[seq] = (form, 0 if form is None else estimate_message(form))
+            if hi <= len(publics):
+                self._scanned.add((lo, hi))
+        return {seq: form for seq, form in self._forms.items() if covers(ranges, seq)}
 
 
 class _Concat(Sequence[int]):

@@ -49,7 +49,7 @@ from .policy import RequestPolicy, check_retain
 from .render import Renderer
 from .slices import Pacer, run_through
 from .state import ObservableState, Ref, freeze
-from .thinking import PriorThinking, ThinkingRule
+from .thinking import PriorThinking, Ranges, ThinkingRule, with_range
 
 __all__ = (
     "BUDGET_EVENT",
@@ -126,8 +126,8 @@ class ContextStore:
         self._factory: SystemPromptFactory | None = None
         self._compactor = Compactor(lambda: self._config)
         self._prior_thinking = PriorThinking()
-        self._thinking_floor = 0
-        """Messages with a smaller seq are shown without thinking (``RequestPolicy.based``)."""
+        self._unthought: Ranges = ()
+        """Seq ranges shown without thinking (``RequestPlan.unthought``)."""
         self._sent_systems: tuple[object, ...] | None = None
         """The system part of the last view a request returned (this history)."""
         self._policy = RequestPolicy(
@@ -341,7 +341,7 @@ class ContextStore:
         self._commit_version += 1
         self._compactor.reset()
         self._prior_thinking.reset()
-        self._thinking_floor = 0
+        self._unthought = ()
         self._sent_systems = None
 
     async def _report_clip(self, clip: IngressClip) -> None:
@@ -494,11 +494,13 @@ class ContextStore:
         return planned.messages
 
     def _sent(self, plan: RequestPlan) -> None:
-        """A request of ``plan`` returned its view: remember its system part and thinking
-        floor (the next request's view is compared with them: ``RequestPolicy.based``)."""
+        """A request of ``plan`` returned its view: remember its system part and what it
+        shows without thinking (the next request's view is compared with them:
+        ``RequestPolicy.based``)."""
         if plan.epoch != self._epoch:
             return
-        self._thinking_floor = max(self._thinking_floor, plan.thinking_floor)
+        for lo, hi in plan.unthought:
+            self._unthought = with_range(self._unthought, lo, hi)
         self._sent_systems = plan.shown_systems
 
     def _stamp(self) -> tuple[object, ...]:
@@ -513,7 +515,7 @@ class ContextStore:
             self._learned,
             self._config,
             measured,
-            self._thinking_floor,
+            self._unthought,
             self._sent_systems,
         )
 
@@ -596,9 +598,7 @@ class ContextStore:
             version=self.version,
             decisions=self._decisions,
         )
-        plan = dataclasses.replace(
-            plan, thinking_floor=self._thinking_floor, sent_systems=self._sent_systems
-        )
+        plan = dataclasses.replace(plan, unthought=self._unthought, sent_systems=self._sent_systems)
         if plan.thinking.keeps_prior:
             return plan
         uncounted = self._prior_thinking.uncounted(plan.history, plan.length)
@@ -640,11 +640,16 @@ class ContextStore:
                 "or another commit); nothing was applied"
             )
 
-    def _commit(self, decisions: Decisions, version: tuple[int, int]) -> None:
+    def _commit(
+        self, decisions: Decisions, version: tuple[int, int], planned: int | None = None
+    ) -> None:
         """The one place decisions become the store's: check ``version``, then swap.
 
         Synchronous. Every path commits through here (the ordinary path at its commit
-        boundary, a negotiated request through its transaction).
+        boundary, a negotiated request through its transaction). ``planned``: the history
+        length the decisions were planned at, for a model that checks the prefix of
+        thinking: messages admitted since were answered to views without these decisions,
+        so their thinking is left out from now on (``RequestPlan.unthought``).
 
         Raises:
             TransactionConflictError: the store moved since ``version`` was read
@@ -653,6 +658,8 @@ class ContextStore:
         self._check_version(version)
         self._decisions = decisions
         self._commit_version += 1
+        if planned is not None and planned < len(self._history):
+            self._unthought = with_range(self._unthought, planned, len(self._history))
 
     # -- the negotiated path ----------------------------------------------------------------
 

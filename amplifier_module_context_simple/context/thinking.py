@@ -36,6 +36,9 @@ __all__ = (
     "DEFAULT_RULE",
     "PRESERVED_THINKING_CHOICES",
     "PriorThinking",
+    "Ranges",
+    "covers",
+    "with_range",
     "ThinkingRule",
     "model_rule",
     "thinking_rule",
@@ -63,6 +66,29 @@ _FAMILIES: Final[dict[str, tuple[tuple[int, int], tuple[int, int]]]] = {
     "sonnet": ((5, 5), (4, 6)),
     "haiku": ((5, 5), (5, 0)),
 }
+
+
+Ranges = tuple[tuple[int, int], ...]
+"""Seq ranges ``[lo, hi)``, sorted and disjoint: the messages a view shows without their
+thinking because a change before them that no compaction of theirs made invalidated it."""
+
+
+def with_range(ranges: Ranges, lo: int, hi: int) -> Ranges:
+    """``ranges`` with ``[lo, hi)`` added (merged with what it overlaps or touches)."""
+    if lo >= hi:
+        return ranges
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted([*ranges, (lo, hi)]):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return tuple(merged)
+
+
+def covers(ranges: Ranges, seq: int) -> bool:
+    """Whether ``seq`` is in one of ``ranges`` (a handful: a linear look)."""
+    return any(lo <= seq < hi for lo, hi in ranges)
 
 
 @dataclass(frozen=True, slots=True)
