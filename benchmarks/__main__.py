@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from benchmarks import calibrate, economics, footprint, negotiation, real, timing
+from benchmarks import calibrate, economics, footprint, negotiation, real, thinking, timing
 from benchmarks import load as load_bench
 from benchmarks.timing import SizeResult
 
@@ -242,6 +242,28 @@ def negotiation_targets(summary: negotiation.Summary) -> list[Target]:
             f"{within:.1%}",
             f">= {WITHIN_FRACTION_TARGET:.0%} of requests",
             within >= WITHIN_FRACTION_TARGET,
+        ),
+    ]
+
+
+def thinking_targets(replays: Sequence[thinking.Replay]) -> list[Target]:
+    """Under preserved thinking: no request with an invalid block, no valid block left out."""
+    module = [r for r in replays if r.run == "module"]
+    invalid = sum(r.invalid_requests for r in module)
+    left_out = sum(r.left_out for r in module)
+    requests = sum(r.requests for r in module)
+    return [
+        Target(
+            "thinking: requests with an invalid thinking block (real, compacting)",
+            f"{invalid} of {requests}",
+            "0",
+            invalid == 0 and requests > 0,
+        ),
+        Target(
+            "thinking: valid thinking blocks left out (real, compacting)",
+            str(left_out),
+            "0",
+            left_out == 0 and requests > 0,
         ),
     ]
 
@@ -655,6 +677,15 @@ Legend
   messages read at 0.1, every other token written at 1.25. Cells: bill / mean context
   relative to the module's, and cache breaks per 100 requests (prefix_breaks); * = the
   trimmer is both cheaper and keeps more mean context.
+- Thinking (benchmarks/thinking.py): the real conversations with thinking blocks at every
+  budget of 8k to 64k they do not fit whole, a request before each assistant message (its
+  answer recorded as the view's), default configuration with max_tokens = B. Each view is
+  checked by the preserved-thinking oracle (testing/thinking_oracle.py, no code shared
+  with the module). Runs: "before" = the module at commit 1076376, recorded in
+  benchmarks/results/thinking-before.txt (notice re-placed at the tail, every thinking
+  block kept); "module" = now; "kept" = now with preserved_thinking false (the thinking of
+  every shown message sent). invalid = requests with a block sent with another prefix
+  than produced it; bill and mean context measured as in Economics (o200k, 0.1 / 1.25).
 - Estimator (synthetic): benchmarks/calibrate.py calibration_rows() - estimate /
   o200k_base reference on its held-out corpus, per class and aggregate, with per-sample
   p5 / p95 (the reference tokenizes the texts the estimator selects).
@@ -705,6 +736,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     bill_summary = economics.summarize(bills)
     phases.append(("economics", time.perf_counter() - t))
     t = time.perf_counter()
+    thought = thinking.run(conversations)
+    thought_before = thinking.recorded_before()
+    phases.append(("thinking", time.perf_counter() - t))
+    t = time.perf_counter()
     rows = calibrate.calibration_rows()
     real_rows = real.estimator_rows(conversations)
     phases.append(("calibration", time.perf_counter() - t))
@@ -717,6 +752,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         *negotiation_targets(real_summary),
         *landing_targets(landing),
         *economics_targets(bill_summary),
+        *thinking_targets(thought),
         calibration_target(rows),
         real_estimator_target(real_rows),
     ]
@@ -747,6 +783,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         landing_rows(landing),
     )
     table.section(list(economics.HEADER), economics.rows(bills))
+    table.section(list(thinking.HEADER), thinking.rows(thought, thought_before))
     table.section(
         [
             f"estimator vs {calibrate.ENCODING}",

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..testing.thinking_oracle import PrefixLedger
 from .bill import keyed_view
 from .runs import RequestRecord, Run, new_record
 from .transcript import Transcript, request_histories
@@ -40,11 +41,22 @@ def baseline_run(
     measure = memoized(module_run.measure)
     records: list[RequestRecord] = []
     previous: list[tuple[str, int]] | None = None
+    ledger = PrefixLedger()
+    answered: tuple[Sequence[Mapping[str, Any]], int] | None = None
     for history, view in zip(histories, views, strict=True):
+        if answered is not None and len(history) > answered[1]:
+            # the message after the last request's history answered that request's view
+            answer = history[answered[1]]
+            if answer.get("role") == "assistant":
+                ledger.answered(answered[0], answer)
         keyed = keyed_view(view, measure)
         tokens = sum(map(measure, history))
-        records.append(new_record(len(records) + 1, len(history), tokens, keyed, None, previous))
+        verdict = ledger.check(view)
+        records.append(
+            new_record(len(records) + 1, len(history), tokens, keyed, None, previous, verdict)
+        )
         previous = keyed
+        answered = (view, len(history))
     return dataclasses.replace(module_run, name=name, records=records, baseline=description)
 
 

@@ -17,6 +17,7 @@ from ..context.estimate import estimate_message
 from ..context.ingress import cap_tool_result
 from ..context.store import BUDGET_EVENT, COMPACTION_EVENT
 from ..manager import SimpleContextManager
+from ..testing.thinking_oracle import PrefixLedger
 from .bill import DEFAULT_PRICES, Measure, Prices, keyed_view
 from .runs import RequestRecord, Run, new_record
 from .transcript import Transcript
@@ -87,20 +88,27 @@ async def replay(
     admitted = history_tokens = 0
     previous: list[tuple[str, int]] | None = None
 
-    async def request() -> None:
+    ledger = PrefixLedger()
+
+    async def request() -> list[dict[str, Any]]:
         nonlocal previous
         seen = len(log.events)
         view = await manager.get_messages_for_request(provider=provider)
         compaction = next((d for e, d in log.events[seen:] if e == COMPACTION_EVENT), None)
         keyed = keyed_view(view, measure)
+        verdict = ledger.check(view)
         records.append(
-            new_record(len(records) + 1, admitted, history_tokens, keyed, compaction, previous)
+            new_record(
+                len(records) + 1, admitted, history_tokens, keyed, compaction, previous, verdict
+            )
         )
         previous = keyed
+        return view
 
     for _, message in transcript.messages:
         if message.get("role") == "assistant":
-            await request()
+            # the answer to the view just built (its thinking is bound to that view)
+            ledger.answered(await request(), message)
         await manager.add_message(message)
         admitted += 1
         # As admitted: the same ingress cap add_message applies (metadata, where the

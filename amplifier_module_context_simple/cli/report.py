@@ -13,6 +13,7 @@ from .transcript import Transcript
 __all__ = (
     "CACHE_MODEL",
     "SUMMARY_ROWS",
+    "THINKING_MODEL",
     "TRIM_MODEL",
     "format_table",
     "report_dict",
@@ -31,6 +32,9 @@ SUMMARY_ROWS: Final = (
     ("max level", "max_level", "{}"),
     ("floor hits", "floor_hits", "{}"),
     ("mean view tokens", "mean_view_tokens", "{:,.0f}"),
+    ("thinking blocks sent", "thinking_blocks_sent", "{:,}"),
+    ("invalid thinking (requests)", "thinking_invalid_requests", "{:,}"),
+    ("valid thinking left out", "thinking_left_out", "{:,}"),
     ("max view tokens", "max_view_tokens", "{:,}"),
     ("max view / budget", "max_view_over_budget", "{:.1%}"),
     ("total input tokens", "input_tokens", "{:,}"),
@@ -50,6 +54,13 @@ CACHE_MODEL: Final = (
     "views counted with the module's estimator (estimate_message); per request the "
     "leading messages shared with the previous view are cache reads, the last message is "
     "fresh, the rest cache writes"
+)
+
+
+THINKING_MODEL: Final = (
+    "each assistant message is the answer to the view sent before it; a thinking block is "
+    "invalid when sent with another prefix than that view gave it (or after an invalid "
+    "one): the preserved-thinking rule (docs/thinking.md)"
 )
 
 
@@ -113,6 +124,9 @@ def _request_dict(r: RequestRecord) -> dict[str, Any]:
         "cache_write_tokens": r.cache.cache_write,
         "fresh_tokens": r.cache.fresh,
         "dropped_messages": r.dropped_messages,
+        "thinking_shown": r.thinking_shown,
+        "thinking_invalid": r.thinking_invalid,
+        "thinking_left_out": r.thinking_left_out,
     }
 
 
@@ -135,6 +149,7 @@ def report_text(transcript: Transcript, runs: Sequence[Run]) -> str:
             f"bill: prices {runs[0].prices.describe()}",
             f"cache model: {CACHE_MODEL}",
             f"trim: {TRIM_MODEL}",
+            f"thinking: {THINKING_MODEL}",
         ]
     return "\n".join(out)
 

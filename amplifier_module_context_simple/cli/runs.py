@@ -11,6 +11,7 @@ from typing import Any
 
 from ..context.config import ContextConfig
 from ..context.estimate import estimate_message
+from ..testing.thinking_oracle import Verdict
 from .bill import DEFAULT_PRICES, CacheUse, Measure, Prices, cache_use, dropped_messages
 
 __all__ = ("RequestRecord", "Run", "cumulative_billed", "new_record")
@@ -35,6 +36,13 @@ class RequestRecord:
     dropped_messages: int = 0
     """Messages the previous request's view sent that this one does not
     (``dropped_messages``); positive on a trim."""
+    thinking_shown: int = 0
+    """Thinking blocks the view sends (``testing.thinking_oracle``)."""
+    thinking_invalid: int = 0
+    """Of them, blocks sent with another prefix than the request that produced them (or
+    after one): a model with preserved thinking rejects the request."""
+    thinking_left_out: int = 0
+    """Answers shown without their thinking although it could have been sent validly."""
 
 
 def new_record(
@@ -44,8 +52,10 @@ def new_record(
     keyed: Sequence[tuple[str, int]],
     compaction: dict[str, Any] | None,
     previous: Sequence[tuple[str, int]] | None,
+    thinking: Verdict | None = None,
 ) -> RequestRecord:
-    """One replayed request's record: ``keyed`` is the view as (key, tokens) pairs."""
+    """One replayed request's record: ``keyed`` is the view as (key, tokens) pairs;
+    ``thinking`` the preserved-thinking verdict on the view."""
     return RequestRecord(
         number=number,
         history_messages=history_messages,
@@ -55,6 +65,9 @@ def new_record(
         compaction=compaction,
         cache=cache_use(previous, keyed),
         dropped_messages=dropped_messages(previous, keyed),
+        thinking_shown=0 if thinking is None else thinking.shown,
+        thinking_invalid=0 if thinking is None else len(thinking.invalid),
+        thinking_left_out=0 if thinking is None else thinking.left_out,
     )
 
 
@@ -126,6 +139,9 @@ class Run:
             "max_level": max((c["strategy_level"] for c in compactions), default=0),
             "floor_hits": sum(c.get("floor_tokens") is not None for c in compactions),
             "mean_view_tokens": round(self.mean_view_tokens, 1),
+            "thinking_blocks_sent": sum(r.thinking_shown for r in self.records),
+            "thinking_invalid_requests": sum(r.thinking_invalid > 0 for r in self.records),
+            "thinking_left_out": sum(r.thinking_left_out for r in self.records),
             "max_view_tokens": max_view,
             "max_view_over_budget": round(max_view / budget, 4),
             **self.bill(),

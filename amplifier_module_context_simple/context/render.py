@@ -26,9 +26,9 @@ from typing import Any, Final, overload
 from .decisions import Decisions
 from .estimate import estimate_message
 from .forms import thoughtless_form
-from .thinking import Ranges, covers
 from .history import BODY, HOOK_SYSTEM, SYSTEM, History, copy_message, marker_owner
 from .slices import STRIDE, Steps, run_through
+from .thinking import Ranges, covers
 
 __all__ = (
     "Rendered",

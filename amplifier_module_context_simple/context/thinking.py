@@ -37,11 +37,11 @@ __all__ = (
     "PRESERVED_THINKING_CHOICES",
     "PriorThinking",
     "Ranges",
-    "covers",
-    "with_range",
     "ThinkingRule",
+    "covers",
     "model_rule",
     "thinking_rule",
+    "with_range",
 )
 
 logger = logging.getLogger(__name__)
