@@ -85,9 +85,10 @@ class StoreLink:
     """The history's epoch now (``set_messages``/``clear`` move it)."""
     check_version: Callable[[tuple[int, int]], None]
     """Raise ``TransactionConflictError`` unless the store is still at the version."""
-    commit: Callable[[Decisions, tuple[int, int], int | None], None]
+    commit: Callable[[Decisions, tuple[int, int], tuple[int, int] | None], None]
     """The store's one commit primitive: check the version, then swap the decisions (the
-    third argument: the planned length, when the model checks the prefix of thinking)."""
+    third argument: the planned length and returned views, when the model checks the
+    prefix of thinking)."""
     deliver_compaction: Callable[[dict[str, Any]], Awaitable[None]]
     """Deliver ``context:compaction`` (a failing hook is logged, never raised)."""
     close: Callable[[RequestPlan, int, int, bool, int | None], Awaitable[None]]
@@ -314,7 +315,8 @@ class Negotiable:
             raise TransactionStateError("claim the commit", "CLAIMED")
         self._claimed = True
         commit, version = self._link.commit, self._plan.version
-        planned = self._plan.length if self._plan.preserved_thinking else None
+        plan = self._plan
+        planned = (plan.length, plan.returned) if plan.preserved_thinking else None
 
         def committing(candidate: Candidate) -> None:
             commit(candidate.decisions, version, planned)

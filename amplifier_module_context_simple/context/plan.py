@@ -88,6 +88,11 @@ class RequestPlan:
     """Seq ranges shown without their thinking: a change before them that their own
     decisions did not make (the system part changed; a transaction planned before them
     committed after they were answered) invalidated it (``docs/thinking.md``)."""
+    returned: int = 0
+    """How many views requests of the store had returned when this one was planned."""
+    late_from: int | None = None
+    """The planned length of a transaction committed after other views were returned
+    (``ContextStore._commit``): this request shows ``[late_from, length)`` unthought."""
     sent_systems: tuple[object, ...] | None = None
     """The system part of the last view a request of this history returned (None: none
     yet): a view whose system part differs raises the thinking floor."""

@@ -130,6 +130,10 @@ class ContextStore:
         """Seq ranges shown without thinking (``RequestPlan.unthought``)."""
         self._sent_systems: tuple[object, ...] | None = None
         """The system part of the last view a request returned (this history)."""
+        self._returned = 0
+        """Views requests have returned (``RequestPlan.returned``)."""
+        self._late_from: int | None = None
+        """A late commit's planned length, for the next request (``RequestPlan.late_from``)."""
         self._policy = RequestPolicy(
             lambda: self._config,
             renderer=Renderer(),
@@ -343,6 +347,7 @@ class ContextStore:
         self._prior_thinking.reset()
         self._unthought = ()
         self._sent_systems = None
+        self._late_from = None
 
     async def _report_clip(self, clip: IngressClip) -> None:
         delivered = await self._emit(INGRESS_EVENT, clip.payload())
@@ -502,6 +507,9 @@ class ContextStore:
         for lo, hi in plan.unthought:
             self._unthought = with_range(self._unthought, lo, hi)
         self._sent_systems = plan.shown_systems
+        self._returned += 1
+        if plan.late_from is not None and plan.late_from == self._late_from:
+            self._late_from = None
 
     def _stamp(self) -> tuple[object, ...]:
         """What an ordinary plan depends on besides its snapshot: when this changed while a
@@ -517,6 +525,7 @@ class ContextStore:
             measured,
             self._unthought,
             self._sent_systems,
+            self._late_from,
         )
 
     # -- planning ---------------------------------------------------------------------------
@@ -598,7 +607,16 @@ class ContextStore:
             version=self.version,
             decisions=self._decisions,
         )
-        plan = dataclasses.replace(plan, unthought=self._unthought, sent_systems=self._sent_systems)
+        unthought, late = self._unthought, self._late_from
+        if late is not None:
+            unthought = with_range(unthought, late, plan.length)
+        plan = dataclasses.replace(
+            plan,
+            unthought=unthought,
+            sent_systems=self._sent_systems,
+            returned=self._returned,
+            late_from=late,
+        )
         if plan.thinking.keeps_prior:
             return plan
         uncounted = self._prior_thinking.uncounted(plan.history, plan.length)
@@ -641,15 +659,20 @@ class ContextStore:
             )
 
     def _commit(
-        self, decisions: Decisions, version: tuple[int, int], planned: int | None = None
+        self,
+        decisions: Decisions,
+        version: tuple[int, int],
+        planned: tuple[int, int] | None = None,
     ) -> None:
         """The one place decisions become the store's: check ``version``, then swap.
 
         Synchronous. Every path commits through here (the ordinary path at its commit
         boundary, a negotiated request through its transaction). ``planned``: the history
-        length the decisions were planned at, for a model that checks the prefix of
-        thinking: messages admitted since were answered to views without these decisions,
-        so their thinking is left out from now on (``RequestPlan.unthought``).
+        length the decisions were planned at and the views returned by then, for a model
+        that checks the prefix of thinking. When messages were admitted since, or another
+        request returned a view (besides the transaction's own), what was answered to
+        views without these decisions is shown without its thinking by the next request
+        (``RequestPlan.late_from``).
 
         Raises:
             TransactionConflictError: the store moved since ``version`` was read
@@ -658,8 +681,11 @@ class ContextStore:
         self._check_version(version)
         self._decisions = decisions
         self._commit_version += 1
-        if planned is not None and planned < len(self._history):
-            self._unthought = with_range(self._unthought, planned, len(self._history))
+        if planned is not None:
+            length, returned = planned
+            if length < len(self._history) or self._returned > returned + 1:
+                late = self._late_from
+                self._late_from = length if late is None else min(late, length)
 
     # -- the negotiated path ----------------------------------------------------------------
 

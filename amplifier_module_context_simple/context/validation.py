@@ -2,7 +2,8 @@
 
 A message is a dict with a non-empty string ``role``; its ``metadata``, when present, is a
 dict; its ``content`` a string, a list of blocks or null; a block's ``type`` and tool ids,
-when present, are strings. The tool fields of each format, and the roles that may carry
+when present, are strings; a call in ``tool_calls`` has a non-empty string id (no result
+could answer it otherwise, and no provider accepts it). The tool fields of each format, and the roles that may carry
 each kind of tool block, are the format classes' rules (``formats/``).
 """
 

@@ -119,10 +119,15 @@ def test_defaults_on_the_manager() -> None:
 
 
 def test_defaults_on_the_config_object() -> None:
-    """``ContextConfig()`` carries exactly the documented defaults (plus count_every_rung
-    and learn_provider_limits)."""
+    """``ContextConfig()`` carries exactly the documented defaults (plus count_every_rung,
+    learn_provider_limits and preserved_thinking)."""
     config = dataclasses.asdict(ContextConfig())
-    assert config == {**DEFAULTS, "count_every_rung": False, "learn_provider_limits": True}
+    assert config == {
+        **DEFAULTS,
+        "count_every_rung": False,
+        "learn_provider_limits": True,
+        "preserved_thinking": "auto",
+    }
     assert SimpleContextManager().config == ContextConfig()
 
 

@@ -595,7 +595,9 @@ def test_the_corruption_properties_catch_missing_validation(
 async def test_the_concurrency_harness_catches_a_commit_without_version_check(
     monkeypatch: pytest.MonkeyPatch, anyio_backend: str
 ) -> None:
-    def commit_unchecked(self: ContextStore, decisions: Decisions, version: Any) -> None:
+    def commit_unchecked(
+        self: ContextStore, decisions: Decisions, version: Any, planned: Any = None
+    ) -> None:
         self._decisions = decisions  # MUTANT: no version check
         self._commit_version += 1
 

@@ -85,6 +85,9 @@ class OpenAIFormat(ToolFormat):
                 value = call.get(key)
                 if value is not None and not isinstance(value, str):
                     return f"tool call {key!r} must be a string"
+            if not any(call.get(key) for key in self.call_id_keys):
+                # no result can answer it, and no provider accepts a call without an id
+                return "a tool call in 'tool_calls' needs a non-empty string 'id'"
         return None
 
 
