@@ -9,7 +9,9 @@ store through everything that changes it, against two models written from the co
 - the committed decisions: the very object the last commit made the store's (an ordinary
   request's own, a transaction's staged one), reset by ``set_messages``/``clear``;
 - the preserved-thinking rule (``testing.thinking_oracle.PrefixLedger``): the model answers
-  the last view it was sent with an assistant message carrying thinking blocks, and every
+  the view of the latest request (when it returned one that a provider accepts, and
+  before anything else is admitted or requested) with an assistant message carrying
+  thinking blocks, and every
   later view must show each block with the prefix it was produced with and leave out none
   that could have been sent validly (a replaced or cleared history starts over);
 - ``MODEL_TABLE``: the transaction machine (states, events, their effects) of one request
@@ -288,6 +290,8 @@ class StoreMachine(RuleBasedStateMachine):
         return self.ledger.machine_of(transaction)
 
     def negotiate(self, scale: float) -> dict[str, Any]:
+        self.sent = None  # a new request: only its own view can be answered
+
         async def go() -> dict[str, Any]:
             return await self.manager.get_measured_request_view(
                 provider=None,
@@ -377,6 +381,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(budget=st.integers(900, 8000))
     def ordinary(self, budget: int) -> None:
+        self.sent = None  # a new request: only its own view can be answered
         version = self.manager.version
         view = self.portal.call(lambda: self.manager.get_messages_for_request(token_budget=budget))
         self.note_version(version)
@@ -384,6 +389,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(budget=st.integers(900, 8000), hard_fit=st.booleans(), retain=st.booleans())
     def retaining(self, budget: int, hard_fit: bool, retain: bool) -> None:
+        self.sent = None  # a new request: only its own view can be answered
         bodies = (
             sorted(
                 {
@@ -498,6 +504,7 @@ class StoreMachine(RuleBasedStateMachine):
         persistent=st.booleans(),
     )
     def faulty_negotiation(self, k: int, kind: str, scale: float, persistent: bool) -> None:
+        self.sent = None  # a new request: only its own view can be answered
         plan = FaultPlan(k, kind, persistent)
         hooks = FaultyHooks(plan)
         count_view = faulty_count_view(plan, counting(proportional(scale, limit=LIMIT)))
@@ -536,6 +543,7 @@ class StoreMachine(RuleBasedStateMachine):
         budget=st.integers(900, 8000),
     )
     def faulty_ordinary(self, k: int, kind: str, budget: int) -> None:
+        self.sent = None  # a new request: only its own view can be answered
         plan = FaultPlan(k, kind)
         hooks = FaultyHooks(plan)
         before = snapshot(self.manager)
