@@ -53,6 +53,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from amplifier_core import AmplifierSession
+from amplifier_module_context_simple.testing.thinking_oracle import PrefixLedger
 from conversation import (
     SCRIPT_CAPABILITY,
     SYSTEM_PROMPT,
@@ -184,6 +185,11 @@ class RunResult:
     plot: Path | None = None
     usages: list[Usage] = field(default_factory=list)
     """The provider's usage of every accepted request, in order."""
+    thinking_sent: int = 0
+    """Thinking blocks the provider received back (every answer carries one)."""
+    thinking_invalid: int = 0
+    """Requests a model with preserved thinking rejects: a thinking block sent with another
+    prefix than the request that produced it (``testing/thinking_oracle.py``)."""
 
     @property
     def ok(self) -> bool:
@@ -205,6 +211,11 @@ class RunResult:
         other = self.failed_turns - self.unhandled - self.context_failures
         if other > 0:
             found.append(f"{other} turn(s) failed or were cancelled")
+        if self.thinking_invalid:
+            found.append(
+                f"{self.thinking_invalid} request(s) a model with preserved thinking rejects "
+                "(a thinking block sent with another prefix than it was produced with)"
+            )
         if self.session_errors:
             found.append(
                 f"{len(self.session_errors)} session error(s); first: {self.session_errors[0]}"
@@ -299,9 +310,22 @@ def collect(result: RunResult, session: Any) -> None:
     result.compactions = loop.events.total.get("context:compaction", 0)
     result.overflow_errors = provider.stats.overflow_errors
     result.count_calls = provider.stats.count_calls
+    check_thinking(result, provider.stats.exchanges)
     capability = session.coordinator.get_capability(MEASURED_CAPABILITY)
     if result.spec.mode == "measured" and result.degraded is None and capability is None:
         result.degraded = f"capability {MEASURED_CAPABILITY!r} is missing"
+
+
+def check_thinking(result: RunResult, exchanges: Sequence[tuple[list[Any], str]]) -> None:
+    """Check every request the provider answered under the preserved-thinking prefix rule:
+    each answer's thinking block is bound to the request it answered."""
+    ledger = PrefixLedger()
+    for messages, signature in exchanges:
+        verdict = ledger.check(messages)
+        result.thinking_sent += verdict.shown
+        result.thinking_invalid += bool(verdict.invalid)
+        block = {"type": "thinking", "thinking": "", "signature": signature}
+        ledger.answered(messages, {"role": "assistant", "content": [block]})
 
 
 # -- tables ----------------------------------------------------------------------------
@@ -379,7 +403,8 @@ def summary_table(results: Sequence[RunResult], prices: Prices | None = None) ->
     columns = (
         "run", "requests", "turns ok", "compaction boundaries", "provider overflows",
         "recovered", "unhandled", "context fail-closed", "provider counts", "peak view",
-        "input tokens", "cached", "cache writes", "billed input", "seconds", "verdict",
+        "input tokens", "cached", "cache writes", "billed input", "thinking sent",
+        "invalid thinking", "seconds", "verdict",
     )  # fmt: skip
     for name in columns:
         table.add_column(name, justify="left" if name == "run" else "right")
@@ -402,6 +427,8 @@ def summary_table(results: Sequence[RunResult], prices: Prices | None = None) ->
             f"{cost.cached_share:.1%}",
             f"{cost.cache_write:,}",
             f"{cost.billed:,.0f}",
+            f"{result.thinking_sent:,}",
+            f"[bold red]{result.thinking_invalid}[/]" if result.thinking_invalid else "0",
             f"{result.seconds:.1f}",
             "ok" if result.ok else "[bold red]FAILED[/]",
         )

@@ -127,6 +127,15 @@ def _response_text(response: ChatResponse) -> str:
     return "".join(block.text for block in response.content if isinstance(block, TextBlock))
 
 
+def _thinking(response: ChatResponse) -> list[dict[str, Any]]:
+    """The response's thinking blocks as stored content blocks, in order."""
+    return [
+        block.model_dump(exclude_none=True)
+        for block in response.content
+        if getattr(block, "type", None) in ("thinking", "redacted_thinking")
+    ]
+
+
 def _provider_counts(provider: Any) -> int:
     stats = getattr(provider, "stats", None)
     return int(getattr(stats, "count_calls", 0) or 0)
@@ -198,7 +207,7 @@ class NegotiatingLoop:
                 return outcome
             text = _response_text(outcome)
             calls = list(provider.parse_tool_calls(outcome))
-            await context.add_message(assistant_message(text, calls))
+            await context.add_message(assistant_message(text, calls, _thinking(outcome)))
             if not calls:
                 break
             outputs = [await self._run_tool(call, tools, hooks, coordinator) for call in calls]

@@ -35,12 +35,21 @@ def is_anthropic_call(call_id: str) -> bool:
     return call_id.startswith(ANTHROPIC_ID_PREFIX)
 
 
-def assistant_message(text: str, calls: Sequence[ToolCall]) -> dict[str, Any]:
-    """The assistant message to store for a reply with ``calls`` (may be empty)."""
+def assistant_message(
+    text: str, calls: Sequence[ToolCall], thinking: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """The assistant message to store for a reply with ``calls`` (may be empty) and
+    ``thinking`` blocks (kept first, exactly as returned: a model with preserved thinking
+    checks them against the request that produced them)."""
+    thought = [dict(block) for block in thinking]
     if not calls:
+        if thought:
+            return {"role": "assistant", "content": [*thought, {"type": "text", "text": text}]}
         return {"role": "assistant", "content": text}
     if is_anthropic_call(calls[0].id):
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        blocks: list[dict[str, Any]] = [*thought]
+        if text:
+            blocks.append({"type": "text", "text": text})
         blocks.extend(
             {"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)}
             for call in calls
@@ -48,7 +57,7 @@ def assistant_message(text: str, calls: Sequence[ToolCall]) -> dict[str, Any]:
         return {"role": "assistant", "content": blocks}
     return {
         "role": "assistant",
-        "content": text,
+        "content": [*thought, {"type": "text", "text": text}] if thought else text,
         "tool_calls": [
             {
                 "id": call.id,

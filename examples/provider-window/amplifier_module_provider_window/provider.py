@@ -34,6 +34,7 @@ from amplifier_core.message_models import (
     ChatResponse,
     Message,
     TextBlock,
+    ThinkingBlock,
     ToolCall,
     Usage,
 )
@@ -97,6 +98,9 @@ class ProviderStats:
     last_input_tokens: int | None = None
     max_accepted_input_tokens: int = 0
     overflow_sizes: list[int] = field(default_factory=list)
+    exchanges: list[tuple[list[dict[str, Any]], str]] = field(default_factory=list)
+    """Every answered request as the provider read it (its messages, dumped) and the
+    signature of the thinking block its answer carried (the demo checks the prefix rule)."""
 
 
 @dataclass(frozen=True)
@@ -230,11 +234,21 @@ class WindowProvider:
         usage = self._usage(counted, reply)
         self._previous = counted
         self.stats.completed += 1
+        signature = f"{self.settings.name}-{id(self):x}-{self.stats.completed}"
+        self.stats.exchanges.append(
+            (
+                [
+                    message.model_dump(mode="json", exclude_none=True)
+                    for message in request.messages
+                ],
+                signature,
+            )
+        )
         self.stats.max_accepted_input_tokens = max(
             self.stats.max_accepted_input_tokens, counted.total
         )
         await self._emit_response(usage, started)
-        return _response(reply, usage)
+        return _response(reply, usage, signature)
 
     # -- request_budget:provider_count -----------------------------------------------
 
@@ -384,16 +398,21 @@ def _output_tokens(reply: ScriptedReply | None) -> int:
     return max(1, count_texts(texts))
 
 
-def _response(reply: ScriptedReply | None, usage: Usage) -> ChatResponse:
+def _response(reply: ScriptedReply | None, usage: Usage, signature: str) -> ChatResponse:
+    # Every answer thinks first, as a model with preserved thinking does: its signed block
+    # is bound to this request (the demo checks that later requests send it validly).
+    thinking = ThinkingBlock(thinking=f"Planning the reply ({signature}).", signature=signature)
     if reply is None:
         text = f"ok ({usage.input_tokens + (usage.cache_write_tokens or 0)} input tokens)"
-        return ChatResponse(content=[TextBlock(text=text)], usage=usage, finish_reason="stop")
+        return ChatResponse(
+            content=[thinking, TextBlock(text=text)], usage=usage, finish_reason="stop"
+        )
     calls = [
         ToolCall(id=call.id, name=call.name, arguments=dict(call.arguments))
         for call in reply.tool_calls
     ]
     return ChatResponse(
-        content=[TextBlock(text=reply.text)],
+        content=[thinking, TextBlock(text=reply.text)],
         tool_calls=calls or None,
         usage=usage,
         finish_reason="tool_use" if calls else "stop",
