@@ -53,7 +53,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from amplifier_core import AmplifierSession
-from amplifier_module_context_simple.testing.thinking_oracle import PrefixLedger
 from conversation import (
     SCRIPT_CAPABILITY,
     SYSTEM_PROMPT,
@@ -63,6 +62,8 @@ from conversation import (
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from amplifier_module_context_simple.testing.thinking_oracle import PrefixLedger
 
 MEASURED_CAPABILITY = "context.measured_request_view"
 MEASURED_OUTCOMES = frozenset({"not_needed", "target_reached", "protected_floor", "reduced_output"})
