@@ -336,12 +336,15 @@ async def test_measured_mode_negotiates_every_request(conversation: Conversation
     assert loop.degraded is None
     assert window.stats.overflow_errors == 0
     assert {row.outcome for row in loop.rows} <= MEASURED_OUTCOMES
-    # The scripted conversation and the fake provider's counts are deterministic: requests
-    # 1-11 and 16 are under the trigger, 12-15 and 17-19 end at the protected floor, the
-    # 20th reaches the target, and after it every request is under the trigger again.
+    # The scripted conversation and the fake provider's counts are deterministic (every
+    # answer carries a signed thinking block): requests 1-10, 12 and 16 are under the
+    # trigger, 11, 13-15 and 17-19 end at the protected floor, the 20th reaches the target,
+    # and after it every request is under the trigger again.
     assert [row.outcome for row in loop.rows] == (
-        ["not_needed"] * 11
-        + ["protected_floor"] * 4
+        ["not_needed"] * 10
+        + ["protected_floor"]
+        + ["not_needed"]
+        + ["protected_floor"] * 3
         + ["not_needed"]
         + ["protected_floor"] * 3
         + ["target_reached"]
@@ -505,7 +508,15 @@ def test_demo_summary_has_the_cost_columns() -> None:
 
     table = demo.summary_table([demo.RunResult(demo.RUNS[0], usages=[demo.Usage(100, 60, 30)])])
     headers = [str(column.header) for column in table.columns]
-    assert headers[-6:-1] == ["input tokens", "cached", "cache writes", "billed input", "seconds"]
+    assert headers[-8:-1] == [
+        "input tokens",
+        "cached",
+        "cache writes",
+        "billed input",
+        "thinking sent",
+        "invalid thinking",
+        "seconds",
+    ]
     assert headers[-1] == "verdict"
     assert "provider counts" in headers
     assert "compaction boundaries" in headers
@@ -513,6 +524,7 @@ def test_demo_summary_has_the_cost_columns() -> None:
     assert cells["input tokens"] == "130"
     assert cells["cached"] == "46.2%"
     assert cells["billed input"] == "84"
+    assert (cells["thinking sent"], cells["invalid thinking"]) == ("0", "0")
     assert cells["verdict"] == "ok"
 
 
@@ -595,3 +607,26 @@ async def test_demo_exits_1_and_names_the_degraded_run(
     assert await demo.main([*argv, "--out", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert out.splitlines()[-2:] == ["verdict: FAILED", f"  measured: 2 {FAIL_CLOSED}"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("mode", "meter"), [("legacy", "estimate"), ("measured", "actual")])
+async def test_every_answered_request_sends_its_thinking_validly(
+    conversation: Conversation, mode: str, meter: str
+) -> None:
+    """The example provider answers with a signed thinking block and the loop stores it:
+    across the session's compactions, no request sends one with another prefix than the
+    request that produced it (the demo's check, ``demo.check_thinking``)."""
+    import demo
+
+    loop, window, history = await run_session(mode, meter, conversation, **SMALL)
+    assert loop.events.total["context:compaction"] >= 1
+    assert any(
+        isinstance(m.get("content"), list) and m["content"][0].get("type") == "thinking"
+        for m in history
+        if m["role"] == "assistant"
+    )
+    result = demo.RunResult(demo.RUNS[0])
+    demo.check_thinking(result, window.stats.exchanges)
+    assert result.thinking_sent > 0
+    assert result.thinking_invalid == 0
