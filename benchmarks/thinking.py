@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import anyio
+import anyio.lowlevel
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.cli import Prices, tallied_warnings
@@ -85,6 +86,7 @@ async def replay(
     conversation: real.Conversation, budget: int, run: str, counter: Counter, **config: Any
 ) -> Replay:
     """``conversation`` at ``budget`` (module docstring), checked and billed."""
+    await anyio.lowlevel.checkpoint()  # (a conversation with no assistant turn awaits nothing)
     manager = SimpleContextManager(max_tokens=budget, max_tokens_fallback=budget, **config)
     ledger = PrefixLedger()
     previous: list[tuple[str, int]] | None = None

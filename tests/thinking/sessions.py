@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from anyio.lowlevel import checkpoint
+
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.testing import check_view_invariants
 from amplifier_module_context_simple.testing.thinking_oracle import PrefixLedger, is_thinking
@@ -60,6 +62,7 @@ async def replay_checked(
     """Replay ``messages`` through a fresh manager (``config``), checking every view with
     the thinking oracle (and, with ``validate``, with ``check_view_invariants``: the
     providers' tool-use rules among them)."""
+    await checkpoint()  # (a conversation may have no assistant turn to await a request for)
     manager = SimpleContextManager(**config)
     ledger = PrefixLedger()
     tally = Tally()

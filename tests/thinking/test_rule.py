@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.config import ContextConfig
@@ -129,6 +130,7 @@ async def test_without_a_prefix_check_a_compaction_keeps_the_thinking(anyio_back
 async def test_the_stats_say_what_thinking_the_view_left_out(anyio_backend: str) -> None:
     """Each compaction's stats (and the meter's, for the request that made it) count the
     thinking blocks the view leaves out, and say why."""
+    await checkpoint()
     conv = next(conv for conv in conversations() if conv.name == "anthropic_entire_3")
     manager = SimpleContextManager()
     reported: list[int] = []

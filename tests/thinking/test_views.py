@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 import pytest
+from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import SimpleContextManager
 from tests.realdata import conversations
@@ -49,6 +50,7 @@ async def test_real_conversations_keep_every_thinking_block_valid(
 ) -> None:
     """Every budget from 8k up (and two below): 0 requests with an invalid block, 0 valid
     blocks left out; every conversation compacts at some of them."""
+    await checkpoint()
     compacting = 0
     for budget in SMALL_BUDGETS + BUDGETS:
         tally = await replay_checked(conv.messages, ordinary(budget))
@@ -105,6 +107,7 @@ class Counter:
         self.limit = limit
 
     async def __call__(self, view: list[dict[str, Any]]) -> dict[str, Any]:
+        await checkpoint()  # a provider's count is an await
         return provider_count_envelope(view, counted(view), self.limit, SOURCE)
 
 
