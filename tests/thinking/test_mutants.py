@@ -45,6 +45,13 @@ def _quiet(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR)
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """These replays await nothing concurrently: one backend is enough (the store's
+    behaviour on both is the stateful model's and the sweeps' job)."""
+    return "asyncio"
+
+
 async def test_the_unmutated_replay_is_clean(anyio_backend: str) -> None:
     tally = await replay_checked(CONVERSATION.messages, ordinary(BUDGET))
     assert tally.compactions >= 2 and tally.shown > 0

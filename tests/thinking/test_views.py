@@ -39,6 +39,13 @@ def _quiet(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR)
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """These replays await nothing concurrently: one backend is enough (the store's
+    behaviour on both is the stateful model's and the sweeps' job)."""
+    return "asyncio"
+
+
 def test_the_real_data_has_thinking_in_both_block_formats() -> None:
     assert {conv.format for conv in THINKING} == {"anthropic", "amplifier"}
     assert len(THINKING) == 5
