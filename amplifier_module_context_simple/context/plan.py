@@ -20,7 +20,8 @@ def notice_reserve(configured: int, budget: int) -> int:
     """The notice reserve for ``budget``: the configured one, scaled down for small budgets.
 
     A reserve may take at most a quarter of the budget (a larger one would leave the view
-    almost nothing); the notice itself is budgeted separately (``RequestPolicy.with_notice``).
+    almost nothing); the notice itself is budgeted, within it, when its decision is made
+    (``RequestPolicy.noticed``).
     """
     return min(configured, budget // 4)
 
