@@ -94,12 +94,13 @@ class RequestPlan:
     late_from: int | None = None
     """The planned length of a transaction committed after other views were returned
     (``ContextStore._commit``): this request shows ``[late_from, length)`` unthought."""
-    sent_systems: tuple[object, ...] | None = None
-    """The system part of the last view a request of this history returned (None: none
-    yet): a view whose system part differs raises the thinking floor."""
-    shown_systems: tuple[object, ...] | None = None
-    """The system part this request's view shows, once rendered (what the store records
-    as ``sent_systems`` when the request returns)."""
+    sent_systems: tuple[object, object] | None = None
+    """``shown_systems`` of the last view a request of this history returned (None: none
+    yet): a view whose base differs leaves out the thinking after the difference."""
+    shown_systems: tuple[object, object] | None = None
+    """What this request's view shows of its base, once rendered: the system part and the
+    protected messages shown as admitted although reduced (``RequestPolicy.based``; what
+    the store records as ``sent_systems`` when the request returns)."""
     uncounted_thinking: Mapping[int, int] = field(default_factory=dict)
     """Seq -> thinking estimate the provider does not count (a model that drops earlier
     turns' thinking: ``thinking.PriorThinking``); the view's estimate leaves it out."""

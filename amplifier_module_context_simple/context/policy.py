@@ -184,20 +184,37 @@ class RequestPolicy:
         return min(plan.budget, uncompacted)
 
     def based(self, plan: RequestPlan, rendered: Rendered) -> RequestPlan:
-        """``plan`` once its view under the committed decisions is rendered: with the system
-        part it shows and, when that differs from the last returned view's and the model
-        checks the prefix of thinking, every message before the request's length unthought
-        (every thinking block there was produced under another system part)."""
-        plan = dataclasses.replace(plan, shown_systems=rendered.system_key)
-        if (
-            plan.preserved_thinking
-            and plan.sent_systems is not None
-            and rendered.system_key != plan.sent_systems
-        ):
-            unthought = with_range(plan.unthought, 0, plan.length)
-            if unthought != plan.unthought:
-                plan = dataclasses.replace(plan, unthought=unthought)
-        return plan
+        """``plan`` once its view under the committed decisions is rendered: with what the
+        view's base shows (its system part, and the protected messages it shows as
+        admitted although a decision reduced them) and, when that differs from the last
+        returned view's and the model checks the prefix of thinking, the messages after
+        the difference unthought: every earlier thinking block when the system part
+        changed, else those after the first message shown otherwise than before."""
+        decisions = plan.decisions
+        intact = (
+            frozenset(
+                seq
+                for seq in plan.protected
+                if seq in decisions.overrides or seq in decisions.removed
+            )
+            if plan.protected and not decisions.is_empty
+            else frozenset()
+        )
+        shown = (rendered.system_key, intact)
+        plan = dataclasses.replace(plan, shown_systems=shown)
+        sent = plan.sent_systems
+        if not plan.preserved_thinking or sent is None or sent == shown:
+            return plan
+        if sent[0] != shown[0]:
+            first = 0
+        else:
+            before = sent[1]
+            assert isinstance(before, frozenset)
+            first = min(before ^ intact)
+        unthought = with_range(plan.unthought, first, plan.length)
+        return (
+            plan if unthought == plan.unthought else dataclasses.replace(plan, unthought=unthought)
+        )
 
     # -- the trigger --------------------------------------------------------------------
 

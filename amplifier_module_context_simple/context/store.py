@@ -128,7 +128,7 @@ class ContextStore:
         self._prior_thinking = PriorThinking()
         self._unthought: Ranges = ()
         """Seq ranges shown without thinking (``RequestPlan.unthought``)."""
-        self._sent_systems: tuple[object, ...] | None = None
+        self._sent_systems: tuple[object, object] | None = None
         """The system part of the last view a request returned (this history)."""
         self._returned = 0
         """Views requests have returned (``RequestPlan.returned``)."""

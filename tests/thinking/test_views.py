@@ -216,3 +216,57 @@ async def test_a_changed_system_part_keeps_thinking_without_a_prefix_check(
     unchecked = await replay_checked(messages, ordinary(200_000), preserved_thinking=False)
     assert unchecked.shown > checked.shown
     assert checked.compactions == unchecked.compactions == 0
+
+
+REMINDER = (
+    "<system-reminder>"
+    + "Run the whole test suite before every commit. " * 6
+    + "</system-reminder>"
+)
+
+
+def with_reminders(messages: list[dict[str, Any]], at: set[int]) -> list[dict[str, Any]]:
+    """``messages`` with a persisted reminder envelope (one body) before the assistant
+    turns numbered in ``at``, as a hook that injects its reminder does."""
+    out: list[dict[str, Any]] = []
+    turns = 0
+    for message in messages:
+        if message["role"] == "assistant":
+            turns += 1
+            if turns in at:
+                metadata = {"ephemeral": True, "persisted": True, "source": "hook"}
+                out.append({"role": "user", "content": REMINDER, "metadata": metadata})
+        out.append(message)
+    return out
+
+
+def retaining_every(every: int, budget: int) -> Any:
+    """Ordinary requests, and every ``every``-th one retaining the reminder (its newest
+    envelope shown whole even where a decision stubbed it: the view changes there)."""
+
+    async def request(manager: SimpleContextManager, number: int) -> list[dict[str, Any]]:
+        if number % every == every - 1 and number > 2:
+            return await manager.get_messages_for_request_retaining(
+                retain_contents=[REMINDER], token_budget=budget
+            )
+        return await manager.get_messages_for_request(token_budget=budget)
+
+    return request
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "amplifier"])
+async def test_a_retained_reminder_shown_whole_leaves_out_the_thinking_after_it(
+    fmt: str,
+) -> None:
+    """Retaining a reminder a decision stubbed shows it whole on that request and stubbed
+    on the next: each time the view changes there, and the thinking after it is left out,
+    so no request sends an invalid block. (Leaving it out is sticky: thinking that becomes
+    valid again when the reminder is stubbed again stays out; docs/thinking.md.)"""
+    total = Tally()
+    for seed in range(3):
+        # one early reminder: it ages, a rung stubs it, and retaining it shows it whole
+        messages = with_reminders(thinking_session(fmt, 40, 400 + seed), at={2})
+        tally = await replay_checked(messages, retaining_every(3, 3_000))
+        total.add(tally)
+    assert total.compactions > 3 and total.shown > 0
+    assert total.invalid_requests == 0, total.first_invalid
