@@ -165,13 +165,17 @@ class RequestPolicy:
         )
 
     def notice_next(self, plan: RequestPlan) -> Steps[int | None]:
-        """The seq of the message right after the committed decisions' notice in this
-        request's view (None: no notice, or at the tail), as steps: where a new decision
-        changes the view at the latest (the notice goes)."""
-        decisions = plan.decisions
-        if decisions.notice is None:
+        """``notice_next_in`` the request's view under its committed decisions, rendered
+        (as steps) only when they have a notice."""
+        if plan.decisions.notice is None:
             return None
-        rendered = yield from self.rendering(plan, decisions, copy=False)
+        rendered = yield from self.rendering(plan, plan.decisions, copy=False)
+        return self.notice_next_in(rendered, plan.decisions)
+
+    def notice_next_in(self, rendered: Rendered, decisions: Decisions) -> int | None:
+        """The seq of the message right after the notice of ``decisions`` in ``rendered``
+        (None: no notice, or at the tail): where a new decision changes the view at the
+        latest (the notice goes)."""
         index = self.notice_index(rendered, decisions)
         if index is None or index >= len(rendered.messages):
             return None
@@ -190,16 +194,7 @@ class RequestPolicy:
         returned view's and the model checks the prefix of thinking, the messages after
         the difference unthought: every earlier thinking block when the system part
         changed, else those after the first message shown otherwise than before."""
-        decisions = plan.decisions
-        intact = (
-            frozenset(
-                seq
-                for seq in plan.protected
-                if seq in decisions.overrides or seq in decisions.removed
-            )
-            if plan.protected and not decisions.is_empty
-            else frozenset()
-        )
+        intact = rendered.intact
         shown = (rendered.system_key, intact)
         plan = dataclasses.replace(plan, shown_systems=shown)
         sent = plan.sent_systems
@@ -335,7 +330,8 @@ class RequestPolicy:
         should = self.compaction_due(plan, estimated)
         held = should and self.compactor.floor_holds(floor, plan, rendered)
         if should and not held:
-            notice_next = yield from self.notice_next(plan)
+            # (``rendered`` is the view under the committed decisions: no second render)
+            notice_next = self.notice_next_in(rendered, plan.decisions)
             staged, floor = yield from self.compactor.compacting(
                 plan.history, plan, rendered, notice_next=notice_next
             )

@@ -58,6 +58,9 @@ class Rendered:
     with_metadata: tuple[Sequence[int], int] = ((), 0)
     """Of a shared view: the body positions whose metadata dict a copy copies too (the
     first ``count`` of the renderer's list, which only ever grows)."""
+    intact: frozenset[int] = frozenset()
+    """The protected messages shown as admitted although a decision reduced or removed
+    them."""
     system_key: tuple[object, ...] = ()
     """What the system part shows: the factory text (or None) and the seqs of the stored
     system messages, in order. A change invalidates every thinking block before it."""
@@ -215,6 +218,7 @@ class Renderer:
             with_metadata=(shown.with_metadata, len(shown.with_metadata)),
             body_seqs=shown.body_seq_list[: len(body)],
             system_key=(factory_text, tuple(shown.system_seq_list)),
+            intact=key[2],
         )
         if not copy:
             return view

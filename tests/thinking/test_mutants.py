@@ -18,7 +18,6 @@ a changed system part keeps the earlier thinking    requests with an invalid blo
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,18 +37,6 @@ pytestmark = pytest.mark.anyio
 
 CONVERSATION = next(conv for conv in conversations() if conv.name == "anthropic_entire_1")
 BUDGET = 8_000
-
-
-@pytest.fixture(autouse=True)
-def _quiet(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.ERROR)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    """These replays await nothing concurrently: one backend is enough (the store's
-    behaviour on both is the stateful model's and the sweeps' job)."""
-    return "asyncio"
 
 
 async def test_the_unmutated_replay_is_clean(anyio_backend: str) -> None:

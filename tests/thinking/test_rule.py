@@ -5,7 +5,6 @@ and to its estimate."""
 from __future__ import annotations
 
 import copy
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +19,6 @@ from tests.realdata import conversations
 from tests.thinking.sessions import has_thinking, ordinary, replay_checked
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(autouse=True)
-def _quiet(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.ERROR)
 
 
 @pytest.mark.parametrize(

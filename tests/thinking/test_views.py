@@ -8,7 +8,6 @@ produced it (0 invalid), and none is left out that could have been sent validly.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import pytest
@@ -32,18 +31,6 @@ BUDGETS = (8_000, 12_000, 16_000, 24_000, 32_000, 48_000, 64_000)
 SMALL_BUDGETS = (3_000, 5_000)
 """Below 8k too: the smallest conversation (amplifier_agent_1) compacts only there."""
 THINKING = [conv for conv in conversations() if any(map(has_thinking, conv.messages))]
-
-
-@pytest.fixture(autouse=True)
-def _quiet(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.ERROR)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    """These replays await nothing concurrently: one backend is enough (the store's
-    behaviour on both is the stateful model's and the sweeps' job)."""
-    return "asyncio"
 
 
 def test_the_real_data_has_thinking_in_both_block_formats() -> None:
