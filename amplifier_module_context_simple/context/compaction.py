@@ -21,17 +21,17 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from ..errors import RequiredContentTooLargeError
 from .config import ContextConfig
 from .decisions import Decisions
 from .estimate import estimate_message
 from .facts import call_facts
-from .forms import stubbed_form, thoughtless_form, truncated_form
+from .forms import stubbed_form, truncated_form, unthought
 from .history import History, marker_owner
 from .ingress import RETRIEVAL_GUIDANCE
-from .ladder import Ladder, LadderParams, Unthought
+from .ladder import Ladder, LadderParams
 from .notice import notice_message
 from .plan import RequestPlan
 from .render import Rendered
@@ -64,17 +64,6 @@ class FloorMark:
     """The view's estimate at the floor."""
     length: int
     """History entries the request saw."""
-
-
-def _thoughtless(message: dict[str, Any]) -> Unthought | None:
-    """``message`` without its thinking (``forms.thoughtless_form``) for a ladder: the form
-    (None: nothing left), its estimate, the estimate saved, the blocks left out."""
-    made = thoughtless_form(message)
-    if made is None:
-        return None
-    form, omitted = made
-    tokens = 0 if form is None else estimate_message(form)
-    return form, tokens, estimate_message(message) - tokens, omitted
 
 
 MAX_OMITTED_CALLS: Final = 100
@@ -165,7 +154,7 @@ class Compactor:
             message, tokens = publics[seq], all_tokens[seq] - uncounted.get(seq, 0)
             form: FormName = "full"
             if plan.unthought and message is not None and covers(plan.unthought, seq):
-                made = _thoughtless(message)
+                made = unthought(message)
                 if made is not None:
                     if made[0] is None:
                         continue  # thinking alone, unthought: not in the view
@@ -227,7 +216,7 @@ class Compactor:
             truncate_protected=lambda seq: self._truncated(
                 history, forms, seq, chars, protected=True
             ),
-            unthink=_thoughtless if plan.preserved_thinking else None,
+            unthink=unthought if plan.preserved_thinking else None,
             notice_row=notice_row,
         )
 

@@ -57,10 +57,12 @@ __all__ = (
     "STUB_MIN_CHARS",
     "STUB_PREVIEW_CHARS",
     "THINKING_TYPES",
+    "Unthought",
     "has_thinking",
     "stubbed_form",
     "thoughtless_form",
     "truncated_form",
+    "unthought",
 )
 
 THINKING_TYPES: Final = frozenset({"thinking", "redacted_thinking"})
@@ -249,3 +251,19 @@ def thoughtless_form(message: Mapping[str, Any]) -> tuple[dict[str, Any] | None,
     # thinking blocks), and sharing the message's metadata dict keeps it at two objects
     # (a view copies a shown message's metadata dict anyway).
     return {**message, "content": kept}, omitted
+
+
+Unthought = tuple[dict[str, Any] | None, int, int, int]
+"""A message without its thinking: the form (None: nothing is left, the view leaves the
+message out), its estimate, the estimate it saves, and the thinking blocks it leaves out."""
+
+
+def unthought(message: Mapping[str, Any]) -> Unthought | None:
+    """``thoughtless_form`` of ``message`` with its estimates, or None when it has no
+    thinking (what a ladder row, a rendered view and the count of dropped thinking use)."""
+    made = thoughtless_form(message)
+    if made is None:
+        return None
+    form, omitted = made
+    tokens = 0 if form is None else estimate_message(form)
+    return form, tokens, estimate_message(message) - tokens, omitted

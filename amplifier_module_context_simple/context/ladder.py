@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from .forms import Unthought
 from .rows import (
     CALLS,
     FORM_NAMES,
@@ -81,10 +82,6 @@ __all__ = (
 
 Reduce = Callable[[int], Form | None]
 """``(seq) -> Form | None``: a reduced form of the message with that seq, if it shrinks it."""
-
-Unthought = tuple[dict[str, Any] | None, int, int, int]
-"""A message without its thinking: the form (None: nothing is left, the view leaves the
-message out), its estimate, the estimate it saves, and the thinking blocks it leaves out."""
 
 RUNG_COUNT: Final = 8
 

@@ -25,7 +25,7 @@ from typing import Any, Final, overload
 
 from .decisions import Decisions
 from .estimate import estimate_message
-from .forms import thoughtless_form
+from .forms import unthought
 from .history import BODY, HOOK_SYSTEM, SYSTEM, History, copy_message, marker_owner
 from .slices import STRIDE, Steps, run_through
 from .thinking import Ranges, covers
@@ -359,10 +359,9 @@ class UnthoughtForms:
                 continue
             for seq in range(lo, min(hi, len(publics))):
                 public = publics[seq]
-                made = thoughtless_form(public) if public is not None else None
+                made = unthought(public) if public is not None else None
                 if made is not None:
-                    form = made[0]
-                    self._forms[seq] = (form, 0 if form is None else estimate_message(form))
+                    self._forms[seq] = made[:2]
             if hi <= len(publics):
                 self._scanned.add((lo, hi))
         return {seq: form for seq, form in self._forms.items() if covers(ranges, seq)}

@@ -28,8 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .estimate import estimate_message
-from .forms import has_thinking, thoughtless_form
+from .forms import unthought
 from .history import History
 
 __all__ = (
@@ -187,13 +186,9 @@ class PriorThinking:
         publics = history.entries.public
         for seq in range(self._scanned, length):
             public = publics[seq]
-            if public is None or not has_thinking(public):
-                continue
-            made = thoughtless_form(public)
+            made = None if public is None else unthought(public)
             if made is not None:
-                form = made[0]
-                tokens = estimate_message(public) - (0 if form is None else estimate_message(form))
-                self._tokens[seq] = max(0, tokens)
+                self._tokens[seq] = max(0, made[2])
         self._scanned = max(self._scanned, length)
         last = history.last_human
         if last is None:
