@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from amplifier_module_context_simple.context import estimate
+from amplifier_module_context_simple.context.counting import estimate
 from benchmarks.corpus import CLASSES, Sample, build_corpus
 
 ENCODING = "o200k_base"

@@ -59,7 +59,7 @@ from amplifier_module_context_simple.cli import (
     tallied_warnings,
     trimmed_views,
 )
-from amplifier_module_context_simple.context.estimate import estimate_message
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from amplifier_module_context_simple.errors import ProviderLimitError
 from benchmarks import real
 from benchmarks.provider import Counter

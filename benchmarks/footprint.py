@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.estimate import estimate_message
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from benchmarks import histories
 from benchmarks import load as load_bench
 

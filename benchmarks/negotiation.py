@@ -16,7 +16,7 @@ For every case:
   counted with o200k_base BPE (toktok) over the serialized message fields, plus 3 tokens
   per message, 1 per ``name`` and 3 per request for the reply priming (OpenAI's published
   accounting; that module's docstring says exactly what is counted). It shares nothing
-  with the module's estimator (``context/estimate.py``). Counts are cached per string.
+  with the module's estimator (``context/counting/estimate.py``). Counts are cached per string.
   The envelope is ``{dispatch, budget_decision: {estimated_input_tokens,
   input_limit_tokens, context_token_budget, measurement: {kind: "provider_count", source:
   "bench.o200k", input_tokens}}}`` with ``estimated_input_tokens`` = the count and a hard

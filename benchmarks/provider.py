@@ -1,7 +1,7 @@
 """An independent provider-side token counter: what an OpenAI-style provider would bill.
 
 This module shares nothing with ``amplifier_module_context_simple`` (it imports nothing
-from it, in particular not ``context/estimate.py``): the negotiation benchmark's simulated
+from it, in particular not ``context/counting/estimate.py``): the negotiation benchmark's simulated
 provider and the estimator rows on real conversations use it as the reference, so the
 estimator is measured against a counter written separately, not against itself.
 

@@ -70,8 +70,8 @@ from operator import eq
 from typing import Any, TypeVar
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.history import SYSTEM, copy_message
-from amplifier_module_context_simple.context.ladder import RUNG_COUNT
+from amplifier_module_context_simple.context.history.history import SYSTEM, copy_message
+from amplifier_module_context_simple.context.ladder.ladder import RUNG_COUNT
 from amplifier_module_context_simple.context.slices import run_through
 from benchmarks import histories
 

@@ -18,7 +18,10 @@ import pytest
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.cli import main, parse_assignment
 from amplifier_module_context_simple.context.config import ContextConfig
-from amplifier_module_context_simple.context.estimate import estimate_message, estimate_text
+from amplifier_module_context_simple.context.counting.estimate import (
+    estimate_message,
+    estimate_text,
+)
 from amplifier_module_context_simple.provider_rules import Dialect, check_provider_valid
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -347,7 +350,7 @@ def _sample_transcript() -> Any:
 
 
 def _results_have_their_calls(view: list[Any]) -> bool:
-    from amplifier_module_context_simple.context.classify import (
+    from amplifier_module_context_simple.context.history.classify import (
         carried_result_ids,
         declared_call_ids,
     )

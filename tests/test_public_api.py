@@ -233,9 +233,29 @@ def imports_of(path: Path) -> set[str]:
 
 
 def test_context_never_imports_the_negotiator() -> None:
-    for path in (PACKAGE_DIR / "context").glob("*.py"):
+    for path in (PACKAGE_DIR / "context").rglob("*.py"):
         bad = {name for name in imports_of(path) if ".negotiator" in name}
         assert not bad, f"{path.name} imports {bad}"
+
+
+# The layers of ``context`` (its ``__init__`` docstring): each sub-package imports only the
+# ones before it; the leaves (config, stats, slices) are open to all, the roots (store,
+# state) to none of them.
+LAYERS = ("formats", "counting", "history", "ladder", "rendering", "policy")
+LEAVES = frozenset({"config", "stats", "slices"})
+
+
+def test_each_layer_of_context_imports_only_the_layers_below_it() -> None:
+    context = PACKAGE_DIR / "context"
+    for rank, layer in enumerate(LAYERS):
+        allowed = set(LAYERS[: rank + 1]) | LEAVES
+        for path in (context / layer).rglob("*.py"):
+            used = {
+                name.split(".context.", 1)[1].split(".")[0]
+                for name in imports_of(path)
+                if ".context." in name
+            }
+            assert used <= allowed, f"{layer}/{path.name} imports {used - allowed}"
 
 
 def test_the_driver_reaches_context_only_through_the_seam() -> None:
@@ -243,8 +263,8 @@ def test_the_driver_reaches_context_only_through_the_seam() -> None:
         name = path.name
         imported = imports_of(path)
         from_context = {i for i in imported if ".context." in i or i.endswith(".context")}
-        modules = {i.split(".context.", 1)[1].split(".")[0] for i in from_context}
-        assert modules <= {"negotiable"}, f"{name} imports context modules {modules}"
+        modules = {".".join(i.split(".context.", 1)[1].split(".")[:2]) for i in from_context}
+        assert modules <= {"policy.negotiable"}, f"{name} imports context modules {modules}"
 
 
 # -- one test per typed error ----------------------------------------------------------

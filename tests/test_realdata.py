@@ -38,7 +38,7 @@ from amplifier_module_provider_window.counting import count_request
 from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import ContextLengthError, SimpleContextManager
-from amplifier_module_context_simple.context.estimate import estimate_message
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from amplifier_module_context_simple.provider_rules import provider_violations
 from amplifier_module_context_simple.testing import check_view_invariants
 from tests.realdata import conversations, with_result_removed

@@ -31,7 +31,7 @@ import pytest
 from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.estimate import estimate_message
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from benchmarks import histories
 
 SMALL, LARGE = 1_000, 4_000

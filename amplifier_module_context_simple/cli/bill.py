@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..context.estimate import estimate_message
+from ..context.counting.estimate import estimate_message
 
 __all__ = (
     "DEFAULT_PRICES",

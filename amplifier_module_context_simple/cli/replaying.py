@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..context.config import ContextConfig
-from ..context.estimate import estimate_message
-from ..context.ingress import cap_tool_result
+from ..context.counting.estimate import estimate_message
+from ..context.history.ingress import cap_tool_result
 from ..context.store import BUDGET_EVENT, COMPACTION_EVENT
 from ..manager import SimpleContextManager
 from ..testing.thinking_oracle import PrefixLedger

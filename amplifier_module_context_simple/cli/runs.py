@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..context.config import ContextConfig
-from ..context.estimate import estimate_message
+from ..context.counting.estimate import estimate_message
 from ..testing.thinking_oracle import Verdict
 from .bill import DEFAULT_PRICES, CacheUse, Measure, Prices, cache_use, dropped_messages
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..context.config import ContextConfig
-from ..context.history import validate_message
-from ..context.ingress import cap_tool_result
+from ..context.history.history import validate_message
+from ..context.history.ingress import cap_tool_result
 from ..errors import InvalidMessageError
 from .exits import EXIT_FAILURE, CliError
 

@@ -14,8 +14,8 @@ import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from ..context.classify import carried_result_ids, declared_call_ids
-from ..context.estimate import estimate_message
+from ..context.counting.estimate import estimate_message
+from ..context.history.classify import carried_result_ids, declared_call_ids
 from .bill import Measure
 
 __all__ = (

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
-from .budget import LearnedLimit
-from .compaction import FloorMark
 from .config import ContextConfig
+from .counting.budget import LearnedLimit
+from .policy.compaction import FloorMark
 
 __all__ = (
     "FrozenMap",

@@ -32,24 +32,24 @@ from ..errors import (
     RequiredContentTooLargeError,
     TransactionConflictError,
 )
-from .budget import LearnedLimit, derive_budget
-from .compaction import Compactor
 from .config import TOKEN_METER_ACTUAL, ContextConfig
-from .decisions import Decisions
-from .history import (
+from .counting.budget import LearnedLimit, derive_budget
+from .counting.meter import TokenMeter
+from .history.history import (
     History,
     build_history,
     validate_message,
 )
-from .ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip, cap_tool_result
-from .meter import TokenMeter
-from .negotiable import Negotiable, StoreLink
-from .plan import RequestArgs, RequestPlan
-from .policy import RequestPolicy, check_retain
-from .render import Renderer
+from .history.ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip, cap_tool_result
+from .ladder.decisions import Decisions
+from .policy.compaction import Compactor
+from .policy.negotiable import Negotiable, StoreLink
+from .policy.plan import RequestArgs, RequestPlan
+from .policy.policy import RequestPolicy, check_retain
+from .rendering.render import Renderer
+from .rendering.thinking import PriorThinking, Ranges, ThinkingRule, with_range
 from .slices import Pacer, run_through
 from .state import ObservableState, Ref, freeze
-from .thinking import PriorThinking, Ranges, ThinkingRule, with_range
 
 __all__ = (
     "BUDGET_EVENT",

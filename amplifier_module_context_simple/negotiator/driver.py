@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from ..context.negotiable import Candidate, Negotiable
+from ..context.policy.negotiable import Candidate, Negotiable
 from ..errors import ProviderLimitError
 from .envelopes import (
     Attempt,

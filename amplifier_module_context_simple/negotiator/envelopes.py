@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._values import int_at_least
-from ..context.negotiable import Candidate
+from ..context.policy.negotiable import Candidate
 from ..errors import CountContractError
 
 __all__ = (

@@ -62,7 +62,7 @@ import anyio.lowlevel
 from ..errors import TransactionConflictError, TransactionStateError
 
 if TYPE_CHECKING:
-    from ..context.negotiable import Candidate, Negotiable
+    from ..context.policy.negotiable import Candidate, Negotiable
 
 __all__ = ("TRANSITIONS", "Effect", "RequestTransaction", "TxnEvent", "TxnState")
 

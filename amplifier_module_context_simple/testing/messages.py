@@ -3,7 +3,7 @@ people's turns, envelopes, the compaction notice, reduced forms and synthesized 
 
 Written from the providers' tool-use rules (OpenAI Chat Completions, Anthropic Messages)
 and the module's documented message shapes, independently of the module's own
-classification code (``context/classify.py``). The public helpers (``call_ids``,
+classification code (``context/history/classify.py``). The public helpers (``call_ids``,
 ``result_ids``, ``is_notice``, ``strip_notice``, ``tail_is_safe``, ``reduced_kind``) are
 what a test needs to read a view.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar
 
-from ..context.estimate import estimate_message
+from ..context.counting.estimate import estimate_message
 
 __all__ = (
     "LOADED_TOOL_STATE",

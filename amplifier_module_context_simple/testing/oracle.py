@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from ..context.estimate import estimate_message
+from ..context.counting.estimate import estimate_message
 from ..provider_rules import Dialect, provider_violations
 from .layout import Slot, _Layout, _layout
 from .messages import (

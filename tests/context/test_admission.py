@@ -16,9 +16,9 @@ import pytest
 from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import InvalidMessageError, SimpleContextManager
-from amplifier_module_context_simple.context import estimate as estimate_module
-from amplifier_module_context_simple.context import history as history_module
-from amplifier_module_context_simple.context import policy as policy_module
+from amplifier_module_context_simple.context.counting import estimate as estimate_module
+from amplifier_module_context_simple.context.history import history as history_module
+from amplifier_module_context_simple.context.policy import policy as policy_module
 from amplifier_module_context_simple.testing import RecordingHooks, snapshot
 from tests.support import replaced
 

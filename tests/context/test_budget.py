@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.budget import derive_budget
+from amplifier_module_context_simple.context.counting.budget import derive_budget
 from amplifier_module_context_simple.testing import RecordingHooks
 from tests.support import mounted
 

@@ -17,8 +17,8 @@ import pytest
 from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import ContextLengthError, SimpleContextManager
-from amplifier_module_context_simple.context.estimate import estimate_message
-from amplifier_module_context_simple.context.notice import notice_message
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
+from amplifier_module_context_simple.context.rendering.notice import notice_message
 from amplifier_module_context_simple.provider_rules import check_provider_valid
 from amplifier_module_context_simple.testing import (
     call_ids,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.classify import (
+from amplifier_module_context_simple.context.history.classify import (
     carried_result_ids,
     classify,
     declared_call_ids,

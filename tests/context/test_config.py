@@ -12,7 +12,7 @@ import pytest
 import amplifier_module_context_simple as module
 from amplifier_module_context_simple import ContextConfig, SimpleContextManager
 from amplifier_module_context_simple.context import config as config_module
-from amplifier_module_context_simple.context.ingress import marker
+from amplifier_module_context_simple.context.history.ingress import marker
 
 LOGGER = "amplifier_module_context_simple"
 

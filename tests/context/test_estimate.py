@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from amplifier_module_context_simple.context import estimate, text_tokens
-from amplifier_module_context_simple.context.estimate import (
+from amplifier_module_context_simple.context.counting import estimate, text_tokens
+from amplifier_module_context_simple.context.counting.estimate import (
     IMAGE_TOKENS_DEFAULT,
     MESSAGE_OVERHEAD_TOKENS,
     TOOL_CALL_OVERHEAD_TOKENS,

@@ -19,8 +19,8 @@ import anyio.lowlevel
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.estimate import estimate_message
-from amplifier_module_context_simple.context.notice import notice_message
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
+from amplifier_module_context_simple.context.rendering.notice import notice_message
 from amplifier_module_context_simple.testing import RecordingHooks, is_notice, strip_notice
 from tests.context.strategies import calls, fill, results
 from tests.context.test_sticky import LOG, human

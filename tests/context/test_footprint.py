@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.decisions import Decisions
-from amplifier_module_context_simple.context.estimate import estimate_message
-from amplifier_module_context_simple.context.forms import truncated_form
-from amplifier_module_context_simple.context.history import History
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
+from amplifier_module_context_simple.context.history.history import History
+from amplifier_module_context_simple.context.ladder.decisions import Decisions
+from amplifier_module_context_simple.context.ladder.forms import truncated_form
 from benchmarks import histories
 from tests.context.test_ladder import RESULT_SEQS, eight_results, ladder_of
 from tests.realdata import conversations

@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import amplifier_module_context_simple as package
-from amplifier_module_context_simple.context.estimate import estimate_message, provider_texts
+from amplifier_module_context_simple.context.counting.estimate import (
+    estimate_message,
+    provider_texts,
+)
 from amplifier_module_context_simple.context.formats import (
     AMPLIFIER,
     ANTHROPIC,
@@ -279,7 +282,7 @@ FORMAT_KEYS = frozenset(
 MAY_NAME_FORMAT_KEYS = ("context/formats/", "provider_rules.py", "testing/")
 # Other modules that keep one, and why: the ingress event's payload has a ``tool_call_id``
 # field of its own (a published event schema, not a message key).
-KEEP_A_FORMAT_KEY = ["context/ingress.py"]
+KEEP_A_FORMAT_KEY = ["context/history/ingress.py"]
 
 
 def test_only_the_format_modules_name_format_keys() -> None:

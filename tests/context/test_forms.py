@@ -18,9 +18,9 @@ from amplifier_core import TextBlock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amplifier_module_context_simple.context.estimate import estimate_message
-from amplifier_module_context_simple.context.forms import stubbed_form, truncated_form
-from amplifier_module_context_simple.context.ingress import RETRIEVAL_GUIDANCE
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
+from amplifier_module_context_simple.context.history.ingress import RETRIEVAL_GUIDANCE
+from amplifier_module_context_simple.context.ladder.forms import stubbed_form, truncated_form
 
 LOG = "log line: compiling module ok\n"
 TEXT = LOG * 30

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context import config as config_module
-from amplifier_module_context_simple.context.ingress import cap_tool_result, marker
+from amplifier_module_context_simple.context.history.ingress import cap_tool_result, marker
 from tests.support import mounted
 
 CAP = 131_072

@@ -18,12 +18,12 @@ import pytest
 from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.classify import classify
-from amplifier_module_context_simple.context.estimate import estimate_message
-from amplifier_module_context_simple.context.forms import stubbed_form, truncated_form
-from amplifier_module_context_simple.context.history import History
-from amplifier_module_context_simple.context.ladder import Ladder, LadderParams
-from amplifier_module_context_simple.context.rows import Item, Rows
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
+from amplifier_module_context_simple.context.history.classify import classify
+from amplifier_module_context_simple.context.history.history import History
+from amplifier_module_context_simple.context.ladder.forms import stubbed_form, truncated_form
+from amplifier_module_context_simple.context.ladder.ladder import Ladder, LadderParams
+from amplifier_module_context_simple.context.ladder.rows import Item, Rows
 from amplifier_module_context_simple.testing import (
     RecordingHooks,
     check_view_invariants,

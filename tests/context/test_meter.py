@@ -10,7 +10,7 @@ import pytest
 from amplifier_core import Usage
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.meter import TokenMeter, reading_from_usage
+from amplifier_module_context_simple.context.counting.meter import TokenMeter, reading_from_usage
 from tests.support import mounted
 
 STATS_KEYS = {

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.estimate import estimate_message
-from amplifier_module_context_simple.context.notice import (
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
+from amplifier_module_context_simple.context.rendering.notice import (
     NOTICE_CLOSE,
     NOTICE_OPEN,
     notice_message,

@@ -14,7 +14,7 @@ import pytest
 from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.estimate import estimate_message
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from tests.context.strategies import calls, fill, results
 
 pytestmark = pytest.mark.anyio

@@ -24,7 +24,7 @@ from amplifier_module_context_simple import (
     RetainedContentMissingError,
     SimpleContextManager,
 )
-from amplifier_module_context_simple.context.estimate import estimate_message
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from amplifier_module_context_simple.testing import (
     CANCEL,
     FaultPlan,

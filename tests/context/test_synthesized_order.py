@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.estimate import estimate_message
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from amplifier_module_context_simple.context.slices import run_through
 from amplifier_module_context_simple.provider_rules import (
     check_provider_valid,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.history import History, synthesized_marker
+from amplifier_module_context_simple.context.history.history import History, synthesized_marker
 from amplifier_module_context_simple.testing import (
     call_ids,
     check_view_invariants,

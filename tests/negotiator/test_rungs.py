@@ -21,7 +21,7 @@ import anyio.lowlevel
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.ladder import Ladder
+from amplifier_module_context_simple.context.ladder.ladder import Ladder
 from amplifier_module_context_simple.negotiator.driver import MAX_COUNTS, negotiate
 from amplifier_module_context_simple.testing import check_view_invariants, strip_notice
 from tests.context.strategies import calls, results

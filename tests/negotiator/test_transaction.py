@@ -26,7 +26,7 @@ import anyio
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.negotiable import Candidate, Negotiable
+from amplifier_module_context_simple.context.policy.negotiable import Candidate, Negotiable
 from amplifier_module_context_simple.errors import (
     TransactionConflictError,
     TransactionStateError,

@@ -48,8 +48,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from amplifier_module_context_simple import ContextLengthError, SimpleContextManager
-from amplifier_module_context_simple.context.decisions import Decisions
-from amplifier_module_context_simple.context.negotiable import Candidate
+from amplifier_module_context_simple.context.ladder.decisions import Decisions
+from amplifier_module_context_simple.context.policy.negotiable import Candidate
 from amplifier_module_context_simple.errors import (
     TransactionConflictError,
     TransactionStateError,

@@ -17,7 +17,7 @@ from amplifier_module_context_simple import (
     RetainedContentMissingError,
     SimpleContextManager,
 )
-from amplifier_module_context_simple.context.estimate import estimate_message
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from amplifier_module_context_simple.errors import CountContractError
 from amplifier_module_context_simple.negotiator.transaction import RequestTransaction, TxnState
 from amplifier_module_context_simple.testing import (

@@ -49,15 +49,15 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
-import amplifier_module_context_simple.context.history as history_module
+import amplifier_module_context_simple.context.history.history as history_module
 import amplifier_module_context_simple.context.store as manager_module
 import amplifier_module_context_simple.negotiator.envelopes as envelopes_module
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.decisions import Decisions
-from amplifier_module_context_simple.context.ladder import Ladder
-from amplifier_module_context_simple.context.policy import RequestPolicy
-from amplifier_module_context_simple.context.render import Rendered
-from amplifier_module_context_simple.context.rows import Groups
+from amplifier_module_context_simple.context.ladder.decisions import Decisions
+from amplifier_module_context_simple.context.ladder.ladder import Ladder
+from amplifier_module_context_simple.context.ladder.rows import Groups
+from amplifier_module_context_simple.context.policy.policy import RequestPolicy
+from amplifier_module_context_simple.context.rendering.render import Rendered
 from amplifier_module_context_simple.context.slices import Steps
 from amplifier_module_context_simple.context.store import ContextStore
 from amplifier_module_context_simple.errors import (

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from amplifier_module_context_simple.context.estimate import estimate_message
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from amplifier_module_context_simple.context.slices import Pacer
 from amplifier_module_context_simple.testing import (
     CANCEL,

@@ -15,7 +15,7 @@ import anyio.lowlevel
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.estimate import estimate_message
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from amplifier_module_context_simple.testing import (
     CANCEL,
     ERROR,

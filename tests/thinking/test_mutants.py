@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-import amplifier_module_context_simple.context.policy as policy_module
-from amplifier_module_context_simple.context.ladder import Ladder
-from amplifier_module_context_simple.context.notice import tail_is_safe
-from amplifier_module_context_simple.context.plan import RequestPlan
-from amplifier_module_context_simple.context.policy import RequestPolicy
-from amplifier_module_context_simple.context.render import Rendered
+import amplifier_module_context_simple.context.policy.policy as policy_module
+from amplifier_module_context_simple.context.ladder.ladder import Ladder
+from amplifier_module_context_simple.context.policy.plan import RequestPlan
+from amplifier_module_context_simple.context.policy.policy import RequestPolicy
+from amplifier_module_context_simple.context.rendering.notice import tail_is_safe
+from amplifier_module_context_simple.context.rendering.render import Rendered
 from tests.realdata import conversations
 from tests.thinking.sessions import ordinary, replay_checked, thinking_session
 from tests.thinking.test_views import with_system_changes

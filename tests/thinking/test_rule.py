@@ -1,4 +1,4 @@
-"""Which thinking rule a session's model follows (``context/thinking.py``), read from what
+"""Which thinking rule a session's model follows (``context/rendering/thinking.py``), read from what
 the provider reports or forced by ``preserved_thinking``; what each rule does to the view
 and to its estimate."""
 
@@ -13,8 +13,8 @@ from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.config import ContextConfig
-from amplifier_module_context_simple.context.estimate import estimate_message
-from amplifier_module_context_simple.context.thinking import model_rule, thinking_rule
+from amplifier_module_context_simple.context.counting.estimate import estimate_message
+from amplifier_module_context_simple.context.rendering.thinking import model_rule, thinking_rule
 from tests.realdata import conversations
 from tests.thinking.sessions import has_thinking, ordinary, replay_checked
 

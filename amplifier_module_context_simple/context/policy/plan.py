@@ -6,12 +6,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..errors import RetainedContentMissingError
-from .budget import LearnedLimit, apply_learned_limit, window_of
-from .config import ContextConfig
-from .decisions import Decisions
-from .history import History
-from .thinking import DEFAULT_RULE, Ranges, ThinkingRule, thinking_rule
+from ...errors import RetainedContentMissingError
+from ..config import ContextConfig
+from ..counting.budget import LearnedLimit, apply_learned_limit, window_of
+from ..history.history import History
+from ..ladder.decisions import Decisions
+from ..rendering.thinking import DEFAULT_RULE, Ranges, ThinkingRule, thinking_rule
 
 __all__ = ("RequestArgs", "RequestPlan", "notice_reserve", "protected_seqs")
 

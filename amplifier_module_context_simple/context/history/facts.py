@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .formats import called_tools
+from ..formats import called_tools
 
 __all__ = ("KEY_ARGUMENTS", "MAX_FACT_CHARS", "call_facts")
 

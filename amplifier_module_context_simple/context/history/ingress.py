@@ -37,8 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .config import INGRESS_MARKER_TEMPLATE
-from .formats import (
+from ..config import INGRESS_MARKER_TEMPLATE
+from ..formats import (
     block_field,
     rebuildable,
     result_block_format,

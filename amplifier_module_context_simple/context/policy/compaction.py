@@ -23,22 +23,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from ..errors import RequiredContentTooLargeError
-from .config import ContextConfig
-from .decisions import Decisions
-from .estimate import estimate_message
-from .facts import call_facts
-from .forms import stubbed_form, truncated_form, unthought
-from .history import History, marker_owner
-from .ingress import RETRIEVAL_GUIDANCE
-from .ladder import Ladder, LadderParams
-from .notice import notice_message
+from ...errors import RequiredContentTooLargeError
+from ..config import ContextConfig
+from ..counting.estimate import estimate_message
+from ..history.facts import call_facts
+from ..history.history import History, marker_owner
+from ..history.ingress import RETRIEVAL_GUIDANCE
+from ..ladder.decisions import Decisions
+from ..ladder.forms import stubbed_form, truncated_form, unthought
+from ..ladder.ladder import Ladder, LadderParams
+from ..ladder.rows import Form, FormName, Rows
+from ..rendering.notice import notice_message
+from ..rendering.render import Rendered
+from ..rendering.thinking import covers
+from ..slices import HEAVY_STRIDE, STRIDE, Steps
+from ..stats import CompactionStats
 from .plan import RequestPlan
-from .render import Rendered
-from .rows import Form, FormName, Rows
-from .slices import HEAVY_STRIDE, STRIDE, Steps
-from .stats import CompactionStats
-from .thinking import covers
 
 __all__ = (
     "Compactor",

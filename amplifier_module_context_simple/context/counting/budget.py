@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .._values import int_at_least
+from ..._values import int_at_least
 
 __all__ = (
     "WINDOW_SAFETY_MARGIN",

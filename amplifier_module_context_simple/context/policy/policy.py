@@ -19,18 +19,18 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import RequiredContentTooLargeError
+from ...errors import RequiredContentTooLargeError
+from ..config import TOKEN_METER_ACTUAL, ContextConfig
+from ..counting.estimate import estimate_message
+from ..counting.meter import TokenMeter
+from ..ladder.decisions import Decisions
+from ..ladder.ladder import Ladder
+from ..rendering.notice import notice_message, notice_position
+from ..rendering.render import Rendered, Renderer
+from ..rendering.thinking import with_range
+from ..slices import Steps
 from .compaction import Compactor, FloorMark, omitting_calls
-from .config import TOKEN_METER_ACTUAL, ContextConfig
-from .decisions import Decisions
-from .estimate import estimate_message
-from .ladder import Ladder
-from .meter import TokenMeter
-from .notice import notice_message, notice_position
 from .plan import RequestPlan
-from .render import Rendered, Renderer
-from .slices import Steps
-from .thinking import with_range
 
 __all__ = ("Planned", "RequestPolicy", "check_retain")
 

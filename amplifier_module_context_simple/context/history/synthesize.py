@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from .formats import answered_calls
+from ..formats import answered_calls
 from .ids import RENAMED_KEY
 
 __all__ = (

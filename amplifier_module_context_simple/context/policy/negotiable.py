@@ -36,12 +36,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from ..errors import TransactionStateError
-from .decisions import Decisions
-from .ladder import RUNG_COUNT, Ladder
+from ...errors import TransactionStateError
+from ..ladder.decisions import Decisions
+from ..ladder.ladder import RUNG_COUNT, Ladder
+from ..slices import Pacer, Steps, run_through
 from .plan import RequestPlan
 from .policy import RequestPolicy
-from .slices import Pacer, Steps, run_through
 
 __all__ = ("Candidate", "Commit", "Negotiable", "StoreLink")
 

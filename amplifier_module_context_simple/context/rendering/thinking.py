@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .forms import unthought
-from .history import History
+from ..history.history import History
+from ..ladder.forms import unthought
 
 __all__ = (
     "DEFAULT_RULE",

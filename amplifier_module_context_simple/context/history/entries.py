@@ -19,8 +19,8 @@ from itertools import compress, count
 from operator import ne
 from typing import Any, Final, NamedTuple
 
+from ..formats import is_mapping, results_first
 from .classify import PUBLIC_METADATA_KEYS, MessageInfo, with_ids, without_ids
-from .formats import is_mapping, results_first
 
 __all__ = (
     "BODY",

@@ -16,7 +16,7 @@ from functools import partial
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
-from .formats import carried_result_ids, declared_call_ids, is_mapping
+from ..formats import carried_result_ids, declared_call_ids, is_mapping
 
 __all__ = (
     "LOADED_TOOL_STATE_METADATA_KEYS",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._values import int_at_least
+from ..._values import int_at_least
 
 __all__ = (
     "TokenMeter",

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any, Final
 
-from ..errors import InvalidMessageError
-from .formats import BLOCK_ID_KEYS, block_field, block_roles_error, message_fields_error
+from ...errors import InvalidMessageError
+from ..formats import BLOCK_ID_KEYS, block_field, block_roles_error, message_fields_error
 
 __all__ = ("validate_message",)
 

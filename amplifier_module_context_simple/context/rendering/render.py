@@ -23,11 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, overload
 
-from .decisions import Decisions
-from .estimate import estimate_message
-from .forms import unthought
-from .history import BODY, HOOK_SYSTEM, SYSTEM, History, copy_message, marker_owner
-from .slices import STRIDE, Steps, run_through
+from ..counting.estimate import estimate_message
+from ..history.history import BODY, HOOK_SYSTEM, SYSTEM, History, copy_message, marker_owner
+from ..ladder.decisions import Decisions
+from ..ladder.forms import unthought
+from ..slices import STRIDE, Steps, run_through
 from .thinking import Ranges, covers
 
 __all__ = (

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from .classify import NOTICE_SOURCE, carried_result_ids, declared_call_ids
+from ..history.classify import NOTICE_SOURCE, carried_result_ids, declared_call_ids
 
 __all__ = (
     "NOTICE_CLOSE",

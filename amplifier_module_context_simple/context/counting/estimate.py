@@ -32,7 +32,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .formats import (
+from ..formats import (
     RESULT_ID_KEYS,
     as_plain,
     block_format,

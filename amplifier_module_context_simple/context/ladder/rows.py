@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from .classify import MessageInfo
+from ..history.classify import MessageInfo
 
 __all__ = (
     "CALLS",

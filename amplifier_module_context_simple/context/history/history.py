@@ -43,7 +43,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..errors import InvalidMessageError
+from ...errors import InvalidMessageError
+from ..counting.estimate import estimate_message
+from ..formats import same_tool_fields
 from .classify import MessageInfo, classify, metadata_of
 from .entries import (
     BODY,
@@ -66,8 +68,6 @@ from .entries import (
     synthesized_marker,
     utc_timestamp,
 )
-from .estimate import estimate_message
-from .formats import same_tool_fields
 from .ids import fresh_ids, renamed_calls, renamed_results
 from .indexes import HistoryIndexes, Run
 from .ingress import IngressClip, cap_tool_result

@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..slices import HEAVY_STRIDE, STRIDE, Steps, run_through
+from ..stats import CompactionStats
 from .ladder import Ladder
 from .rows import Form
-from .slices import HEAVY_STRIDE, STRIDE, Steps, run_through
-from .stats import CompactionStats
 
 __all__ = ("Decisions",)
 

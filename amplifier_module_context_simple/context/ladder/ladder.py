@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..slices import HEAVY_STRIDE, STRIDE, Steps, run_through
 from .forms import Unthought
 from .rows import (
     CALLS,
@@ -70,7 +71,6 @@ from .rows import (
     Item,
     Rows,
 )
-from .slices import HEAVY_STRIDE, STRIDE, Steps, run_through
 
 __all__ = (
     "RUNG_COUNT",

@@ -41,9 +41,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .classify import declared_call_ids
-from .estimate import estimate_message
-from .formats import (
+from ..counting.estimate import estimate_message
+from ..formats import (
     block_field,
     block_type,
     rebuildable,
@@ -51,7 +50,8 @@ from .formats import (
     whole_result_format,
     with_field,
 )
-from .ingress import RETRIEVAL_GUIDANCE
+from ..history.classify import declared_call_ids
+from ..history.ingress import RETRIEVAL_GUIDANCE
 
 __all__ = (
     "STUB_MIN_CHARS",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Container, Mapping
 from typing import Any, Final
 
-from .formats import rename_calls, rename_results
+from ..formats import rename_calls, rename_results
 
 __all__ = (
     "RENAMED_KEY",
