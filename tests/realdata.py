@@ -18,14 +18,25 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REAL_DIR", "Conversation", "conversations", "with_result_removed"]
+__all__ = [
+    "LONG_DIR",
+    "REAL_DIR",
+    "Conversation",
+    "LongSession",
+    "conversations",
+    "long_sessions",
+    "with_result_removed",
+]
 
 REAL_DIR: Path = Path(__file__).resolve().parent / "data" / "real"
+LONG_DIR: Path = REAL_DIR / "long"
 _SOURCES = "SOURCES.json"
 
 
@@ -44,8 +55,8 @@ def _read_text(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def _records() -> list[dict[str, Any]]:
-    path = REAL_DIR / _SOURCES
+def _records(directory: Path = REAL_DIR) -> list[dict[str, Any]]:
+    path = directory / _SOURCES
     if not path.is_file():
         raise FileNotFoundError(f"real-data index missing: {path}")
     data: object = json.loads(_read_text(path))
@@ -73,7 +84,7 @@ def _load_messages(path: Path) -> list[dict[str, Any]]:
     return messages
 
 
-def conversations() -> list[Conversation]:
+def conversations(directory: Path = REAL_DIR) -> list[Conversation]:
     """Every conversation listed in SOURCES.json, sorted by name, as fresh copies.
 
     Raises FileNotFoundError naming the file when a listed conversation is missing,
@@ -81,8 +92,8 @@ def conversations() -> list[Conversation]:
     with the record, and TypeError naming the file and line when a line is not a message.
     """
     result: list[Conversation] = []
-    for record in _records():
-        path = REAL_DIR / str(record["file"])
+    for record in _records(directory):
+        path = directory / str(record["file"])
         if not path.is_file():
             raise FileNotFoundError(f"real conversation listed in {_SOURCES} is missing: {path}")
         messages = _load_messages(path)
@@ -98,6 +109,38 @@ def conversations() -> list[Conversation]:
             )
         )
     return sorted(result, key=lambda conv: conv.name)
+
+
+@dataclass(frozen=True)
+class LongSession:
+    """One long timestamped session: its conversation and the time each message was logged
+    (timezone-aware, one per message, never decreasing)."""
+
+    conversation: Conversation
+    times: tuple[datetime, ...]
+
+    @property
+    def name(self) -> str:
+        return self.conversation.name
+
+
+def long_sessions() -> list[LongSession]:
+    """The long sessions under ``tests/data/real/long`` (sorted by name, fresh copies).
+
+    Raises what ``conversations`` raises, and ValueError naming the file when its times
+    file does not hold one ISO timestamp per message, in order.
+    """
+    sessions: list[LongSession] = []
+    for conv in conversations(LONG_DIR):
+        path = LONG_DIR / str(conv.source["times"])
+        raw: object = json.loads(_read_text(path))
+        if not isinstance(raw, list) or len(raw) != len(conv.messages):
+            raise ValueError(f"{path}: expected {len(conv.messages)} timestamps")
+        times = tuple(datetime.fromisoformat(str(stamp)) for stamp in raw)
+        if any(later < earlier for earlier, later in itertools.pairwise(times)):
+            raise ValueError(f"{path}: timestamps go back in time")
+        sessions.append(LongSession(conv, times))
+    return sessions
 
 
 def _result_blocks(message: dict[str, Any]) -> list[int]:
