@@ -10,8 +10,10 @@ and ``loop-negotiating`` as the orchestrator:
 3. ``hardfit``  - the retention capability, with a provider-directed hard-fit retry.
 
 For each run it prints a table of the requests where something happened (plus every Nth),
-a summary row, and writes ``out/demo-<run>.png`` (context occupancy over requests) and
-``out/demo-<run>.json`` (every row). The summary carries the session's bill: the
+one line per compaction saying what it removed (``compaction_line``: level, tokens before
+-> after, messages removed, tool results truncated, user envelopes stubbed, thinking
+blocks the view omits), a summary row, and writes ``out/demo-<run>.png`` (context
+occupancy over requests) and ``out/demo-<run>.json`` (every row). The summary carries the session's bill: the
 provider simulates a prefix cache and reports, per accepted request, the tokens read from
 the cache (the prefix shared with the previous request), written to it and sent fresh;
 the billed input prices them (``--price-fresh/--price-cache-read/--price-cache-write``,
@@ -148,6 +150,69 @@ def bill(usages: Sequence[Usage], prices: Prices) -> Bill:
 
 
 @dataclass(frozen=True)
+class Compaction:
+    """One ``context:compaction`` event: the provider request (row number, 0 before the
+    first) and turn it came in, and its payload (``CompactionStats.to_event()``)."""
+
+    request: int
+    turn: int
+    payload: dict[str, Any]
+
+
+REDUCTIONS = (
+    ("messages_removed", "removed {} message(s)"),
+    ("messages_truncated", "truncated {} tool result(s)"),
+    ("user_messages_stubbed", "stubbed {} user envelope(s)"),
+    ("protected_results_truncated", "truncated {} protected result(s)"),
+)
+"""The payload's cumulative counts (the view's committed decisions only grow), and how a
+compaction line names what one compaction added to them."""
+
+
+def compaction_line(number: int, event: Compaction, previous: Compaction | None) -> str:
+    """One line saying what compaction ``number`` of a run removed: its level, what it
+    added to the view's decisions since the previous compaction (its counts are
+    cumulative), the thinking blocks the view leaves out, and tokens before -> after (the
+    provider's count on the measured path, the module's estimate otherwise)."""
+    data = event.payload
+    before = previous.payload if previous is not None else {}
+    done = []
+    for key, text in REDUCTIONS:
+        now, was = int(data.get(key) or 0), int(before.get(key) or 0)
+        added = now - was if now >= was else now  # fewer: the decisions were reset
+        if added:
+            done.append(text.format(f"{added:,}"))
+    thinking = int(data.get("thinking_blocks_omitted") or 0)
+    if thinking:
+        done.append(f"view omits {thinking:,} thinking block(s)")
+    if data.get("measured_after") is not None:
+        start, end, unit = data.get("measured_before"), data["measured_after"], "provider count"
+    else:
+        start, end, unit = data.get("before_tokens"), data.get("after_tokens"), "estimate"
+    target = _figure(data.get("target_tokens"))
+    tokens = f"{_figure(start)} -> {_figure(end)} tokens ({unit}; target {target})"
+    outcome = f" {data['outcome']}" if data.get("outcome") else ""
+    return (
+        f"compaction {number} at request {event.request} (turn {event.turn}): "
+        f"L{data.get('strategy_level', '?')}{outcome}, {tokens}; "
+        + (", ".join(done) if done else "no new reduction")
+    )
+
+
+def compaction_lines(result: RunResult) -> list[str]:
+    """``compaction_line`` for every compaction of ``result``, in order."""
+    events = result.compaction_events
+    return [
+        compaction_line(index + 1, event, events[index - 1] if index else None)
+        for index, event in enumerate(events)
+    ]
+
+
+def _figure(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """One of the three runs: the loop mode, the context's token meter, and whether the
     provider advertises a stale (larger) window than the one it enforces."""
@@ -186,6 +251,8 @@ class RunResult:
     plot: Path | None = None
     usages: list[Usage] = field(default_factory=list)
     """The provider's usage of every accepted request, in order."""
+    compaction_events: list[Compaction] = field(default_factory=list)
+    """Every ``context:compaction`` event of the run, in order, with its request."""
     thinking_sent: int = 0
     """Thinking blocks the provider received back (every answer carries one)."""
     thinking_invalid: int = 0
@@ -278,7 +345,16 @@ async def run_conversation(
         if isinstance(usage, dict):
             result.usages.append(Usage.from_payload(usage))
 
+    async def on_compaction(  # noqa: ASYNC910 - records in memory: nothing to wait for
+        event: str,
+        data: dict[str, Any],
+    ) -> None:
+        rows = getattr(session.coordinator.get("orchestrator"), "rows", None) or []
+        request, turn = (rows[-1].number, rows[-1].turn) if rows else (0, 0)
+        result.compaction_events.append(Compaction(request, turn, dict(data or {})))
+
     session.coordinator.hooks.register("llm:response", on_response, name="demo-bill")
+    session.coordinator.hooks.register("context:compaction", on_compaction, name="demo-compactions")
     try:
         context = session.coordinator.get("context")
         await context.add_message({"role": "system", "content": SYSTEM_PROMPT})
@@ -607,12 +683,12 @@ class WarningTally(logging.Handler):
         self.records.append(record)
 
     def lines(self) -> list[str]:
-        """One line per logger: how many warnings, and the first message."""
+        """One line per logger: how many warnings, and the first message, whole."""
         by_logger: dict[str, list[logging.LogRecord]] = {}
         for record in self.records:
             by_logger.setdefault(record.name, []).append(record)
         return [
-            f"{name}: {len(records)} warning(s); first: {records[0].getMessage()[:160]}"
+            f"{name}: {len(records)} warning(s); first: {records[0].getMessage()}"
             for name, records in by_logger.items()
         ]
 
@@ -650,6 +726,8 @@ def report_run(
     for error in result.session_errors[:5]:
         console.print(f"[bold red]session error[/] {escape(error)}")
     console.print(request_table(result, options.every, options.limit))
+    for line in compaction_lines(result):
+        console.print(escape(line), soft_wrap=True)
     result.plot = plot_run(result, options.out / f"demo-{result.spec.key}.png")
     write_rows(result, options.out / f"demo-{result.spec.key}.json")
     console.print(f"plot: {result.plot}  rows: {options.out / f'demo-{result.spec.key}.json'}")

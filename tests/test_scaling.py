@@ -34,6 +34,10 @@ from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from benchmarks import histories
 
+# Timed: under pytest-xdist (`make test`) these run on one worker, one after another, with
+# the ladder's scaling test (the same group), never two timings at once.
+pytestmark = pytest.mark.xdist_group("timing")
+
 SMALL, LARGE = 1_000, 4_000
 LIMIT = 6.0
 ROUNDS = 3

@@ -1,15 +1,19 @@
-"""The context suite's summary: what the property tests exercised (examples per feature)."""
+"""The context suite's diagnostics: what the property tests exercised (examples per
+feature; printed with ``--diagnostics``, see ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
 from tests.context.strategies import EXAMPLES
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def pytest_diagnostics() -> dict[str, Any] | None:
     if not EXAMPLES:
-        return
-    terminalreporter.section("context properties: examples run")
-    for name, count in sorted(EXAMPLES.items()):
-        terminalreporter.write_line(f"property {name}: {count}")
+        return None
+    return {
+        "title": "context properties: examples run",
+        "lines": [],
+        "counts": dict(EXAMPLES),
+        "count_suffix": "",
+    }

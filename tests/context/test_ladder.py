@@ -779,6 +779,7 @@ async def measure_scaling(small: Timed, large: Timed) -> None:
     await checkpoint()  # (for ASYNC910: the loops' counts are not literals)
 
 
+@pytest.mark.xdist_group("timing")  # one worker for every timed test (tests/test_scaling.py)
 def test_four_times_the_history_costs_less_than_five_times_the_time() -> None:
     """(docs/design.md section 11) A compaction pass and a steady-state request on a 4x larger history
     (1,000 vs 4,000 messages) take < 5x as long (best of interleaved repeats).

@@ -630,3 +630,100 @@ async def test_every_answered_request_sends_its_thinking_validly(
     demo.check_thinking(result, window.stats.exchanges)
     assert result.thinking_sent > 0
     assert result.thinking_invalid == 0
+
+
+# -- the demo's report: one line per compaction, warnings whole ---------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("key", ["legacy", "measured", "hardfit"])
+async def test_demo_prints_one_line_per_compaction(
+    conversation: Conversation, tmp_path: Any, key: str
+) -> None:
+    """Every ``context:compaction`` event of a run is one line of its report, numbered in
+    order and naming the request whose row lists it."""
+    import io
+
+    import demo
+    from rich.console import Console
+
+    spec = next(spec for spec in demo.RUNS if spec.key == key)
+    options = demo.parse_args(["--out", str(tmp_path), "--window", "24000"])
+    with demo.captured_warnings() as tally:
+        result = await demo.run_conversation(spec, conversation, dict(SMALL))
+    assert result.compactions >= 1
+    assert len(result.compaction_events) == result.compactions
+    buffer = io.StringIO()
+    demo.report_run(Console(file=buffer, width=120), result, options, tally)
+    lines = [line for line in buffer.getvalue().splitlines() if line.startswith("compaction ")]
+    assert len(lines) == result.compactions
+    requests = [row.number for row in result.rows for _ in range(row.compactions)]
+    assert [line.split(":")[0] for line in lines] == [
+        f"compaction {n} at request {r} (turn {result.rows[r - 1].turn})"
+        for n, r in enumerate(requests, 1)
+    ]
+    assert all(" -> " in line and " tokens (" in line for line in lines)
+
+
+def test_a_compaction_line_names_what_that_compaction_added() -> None:
+    """The payload's counts are cumulative: a line names the difference from the previous
+    compaction's, the view's omitted thinking blocks, and tokens before -> after."""
+    import demo
+
+    first = demo.Compaction(
+        15,
+        7,
+        {
+            "strategy_level": 3,
+            "before_tokens": 23_260,
+            "after_tokens": 11_000,
+            "target_tokens": 12_552,
+            "messages_removed": 13,
+            "messages_truncated": 2,
+            "user_messages_stubbed": 0,
+            "thinking_blocks_omitted": 5,
+        },
+    )
+    second = demo.Compaction(
+        30,
+        14,
+        {
+            **first.payload,
+            "strategy_level": 8,
+            "messages_removed": 20,
+            "user_messages_stubbed": 1,
+            "thinking_blocks_omitted": 0,
+            "outcome": "target_reached",
+            "measured_before": 25_000,
+            "measured_after": 12_000,
+        },
+    )
+    assert demo.compaction_line(1, first, None) == (
+        "compaction 1 at request 15 (turn 7): L3, 23,260 -> 11,000 tokens (estimate; "
+        "target 12,552); removed 13 message(s), truncated 2 tool result(s), view omits 5 "
+        "thinking block(s)"
+    )
+    assert demo.compaction_line(2, second, first) == (
+        "compaction 2 at request 30 (turn 14): L8 target_reached, 25,000 -> 12,000 tokens "
+        "(provider count; target 12,552); removed 7 message(s), stubbed 1 user envelope(s)"
+    )
+    assert demo.compaction_line(3, second, second).endswith("; no new reduction")
+    result = demo.RunResult(demo.RUNS[1], compaction_events=[first, second])
+    assert demo.compaction_lines(result) == [
+        demo.compaction_line(1, first, None),
+        demo.compaction_line(2, second, first),
+    ]
+
+
+def test_the_demo_prints_a_warning_whole() -> None:
+    """The tally's line carries the first warning's whole message (it was cut at 160
+    characters, mid-sentence)."""
+    import logging
+
+    import demo
+
+    message = "context-simple: " + " ".join(f"word{n}" for n in range(80)) + "; the end."
+    with demo.captured_warnings() as tally:
+        logging.getLogger("demo-test").warning(message)
+        logging.getLogger("demo-test").warning("a second one")
+    assert tally.lines() == [f"demo-test: 2 warning(s); first: {message}"]

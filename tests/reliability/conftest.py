@@ -1,17 +1,19 @@
-"""The reliability suite's summary: await points per sweep and examples per property."""
+"""The reliability suite's diagnostics: await points per sweep and examples per property
+(printed with ``--diagnostics``, see ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
 from tests.reliability.harness import EXAMPLES, RECORDS
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def pytest_diagnostics() -> dict[str, Any] | None:
     if not RECORDS and not EXAMPLES:
-        return
-    terminalreporter.section("reliability: await points enumerated and examples run")
-    for line in RECORDS:
-        terminalreporter.write_line(line)
-    for name, count in sorted(EXAMPLES.items()):
-        terminalreporter.write_line(f"property {name}: {count} examples")
+        return None
+    return {
+        "title": "reliability: await points enumerated and examples run",
+        "lines": list(RECORDS),
+        "counts": dict(EXAMPLES),
+        "count_suffix": " examples",
+    }
