@@ -52,7 +52,8 @@ Columns (per case and run):
   view (``--cache-ttl 5m --times``); ``none``: the same views with a cache that never
   expires (the model without time), for reference;
 - ``mean ctx``: the view's independent count (messages only) averaged over the requests;
-  ``mean msgs``: the messages shown per request, averaged.
+  ``mean msgs``: the messages shown per request, averaged. ``*`` after a trimmer row: it
+  bills less (5m) AND keeps more mean context than the module on that case.
 
 Resume (per session): a fresh ``SimpleContextManager(max_tokens=B,
 max_tokens_fallback=B)``'s ``set_messages(all messages)`` followed by its first
@@ -437,10 +438,30 @@ HEADER: Final = (
 )
 
 
+def _dominating(result: Result) -> set[tuple[str, int, str]]:
+    """(session, budget, module run) where the trimmer bills less (5m) and keeps more
+    mean context than that module run."""
+    trimmer = {(r.session, r.budget): r for r in result.rows if r.run == TRIMMER}
+    return {
+        (r.session, r.budget, r.run)
+        for r in result.rows
+        if r.module
+        and r.rejected is None
+        and (t := trimmer.get((r.session, r.budget))) is not None
+        and t.bill_5m < r.bill_5m
+        and t.mean_context > r.mean_context
+    }
+
+
 def rows(result: Result) -> list[list[str]]:
+    """One row per run of every case; ``*`` marks a trimmer row that is cheaper (5m) and
+    keeps more mean context than a module run of its case."""
+    dominating = {(session, budget) for session, budget, _ in _dominating(result)}
     out: list[list[str]] = []
     for row in result.rows:
         label = f"{row.session} @ {_k(row.budget)}, {row.run}"
+        if row.run == TRIMMER and (row.session, row.budget) in dominating:
+            label += " *"
         if row.rejected is not None:
             out.append([label, "rejected", *(["-"] * (len(HEADER) - 2))])
             continue
@@ -502,14 +523,7 @@ def targets(result: Result) -> list[tuple[str, str, str, bool]]:
         out.append(
             (f"long, {name}: views over B (o200k) but one message alone", measured, "0", over == 0)
         )
-        trimmer = {(r.session, r.budget): r for r in result.rows if r.run == TRIMMER}
-        dominated = [
-            r
-            for r in mine
-            if (t := trimmer.get((r.session, r.budget))) is not None
-            and t.bill_5m < r.bill_5m
-            and t.mean_context > r.mean_context
-        ]
+        dominated = [key for key in _dominating(result) if key[2] == name]
         out.append(
             (
                 f"long, {name}: cases {TRIMMER} is cheaper (5m) AND keeps more",
@@ -523,10 +537,13 @@ def targets(result: Result) -> list[tuple[str, str, str, bool]]:
 
 def notes(result: Result) -> list[str]:
     """The rejected runs and the module's log warnings, for below the table."""
+    rejected: dict[tuple[str, str], int] = {}
+    for row in result.rows:
+        if row.rejected is not None:
+            rejected[row.run, row.rejected] = rejected.get((row.run, row.rejected), 0) + 1
     out = [
-        f"- {row.session} @ {_k(row.budget)}, {row.run}: rejected ({row.rejected})"
-        for row in result.rows
-        if row.rejected is not None
+        f"- Module run {name!r} rejected in {cases} cases: {why}"
+        for (name, why), cases in rejected.items()
     ]
     out += [
         f"- Module log warning during the long sessions, {count} times (the first shown): {first}"

@@ -77,3 +77,19 @@ def test_runs_from_the_command_line() -> None:
     assert long._parse_runs([]) == list(long.MODULE_RUNS)
     with pytest.raises(SystemExit):
         long._parse_runs(["--run", "bad", "novalue"])
+
+
+def test_a_cheaper_trimmer_keeping_more_is_marked_and_fails(result: long.Result) -> None:
+    rows = list(result.rows)
+    index = next(i for i, r in enumerate(rows) if r.run == long.TRIMMER)
+    module = next(r for r in rows if r.run == "module" and r.budget == rows[index].budget)
+    rows[index] = dataclasses.replace(
+        rows[index], bill_5m=module.bill_5m - 1, mean_context=module.mean_context + 1
+    )
+    judged = long.Result(result.budgets, rows, result.resumes, [])
+    assert long.rows(judged)[index][0].endswith(f"{long.TRIMMER} *")
+    verdicts = {name: (measured, ok) for name, measured, _, ok in long.targets(judged)}
+    measured, ok = verdicts[f"long, module: cases {long.TRIMMER} is cheaper (5m) AND keeps more"]
+    assert not ok
+    assert measured.endswith(f" of {2 * len(BUDGETS)}")
+    assert int(measured.split()[0]) >= 1
