@@ -2,7 +2,7 @@
 
     uv run --frozen python -m benchmarks [--cases N] [--strict]
 
-One table, seven sections: per-history-size timings and memory, beside a MODEL of part
+One table of sections: per-history-size timings and memory, beside a MODEL of part
 of the old module's per-request work (``benchmarks.timing``: its estimator and copy, not
 the old module itself, so the ratios to it are lower bounds), many sessions on one event
 loop (``benchmarks.load``), a loaded session's footprint (tracked objects, peak memory,
@@ -11,7 +11,9 @@ provider counts per negotiated request with and without count
 skipping on generated and on real conversations (``benchmarks.negotiation``
 with the independent counter of ``benchmarks.provider``), the estimator's ratio to
 o200k_base per content class on the synthetic corpus (``benchmarks.calibrate``) and on
-real messages (``benchmarks.real``), and the targets with PASS/FAIL. A legend
+real messages (``benchmarks.real``), the two long real sessions at production budgets
+(``benchmarks.long``: views over the budget, request latency, the bill with the cache's
+lifetime, resume), and the targets with PASS/FAIL. A legend
 saying exactly what each figure is follows the table. Absolute numbers depend on the
 machine (and on whatever else runs on it); the targets are ratios.
 
@@ -36,6 +38,7 @@ from typing import Final
 
 from benchmarks import calibrate, economics, footprint, negotiation, real, thinking, timing
 from benchmarks import load as load_bench
+from benchmarks import long as long_bench
 from benchmarks.timing import SizeResult
 
 STEADY_SPEEDUP_TARGET = 20.0
@@ -740,6 +743,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     thought_before = thinking.recorded_before()
     phases.append(("thinking", time.perf_counter() - t))
     t = time.perf_counter()
+    long_result = long_bench.run()
+    phases.append(("long", time.perf_counter() - t))
+    t = time.perf_counter()
     rows = calibrate.calibration_rows()
     real_rows = real.estimator_rows(conversations)
     phases.append(("calibration", time.perf_counter() - t))
@@ -753,6 +759,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         *landing_targets(landing),
         *economics_targets(bill_summary),
         *thinking_targets(thought),
+        *(Target(*target) for target in long_bench.targets(long_result)),
         calibration_target(rows),
         real_estimator_target(real_rows),
     ]
@@ -784,6 +791,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     table.section(list(economics.HEADER), economics.rows(bills))
     table.section(list(thinking.HEADER), thinking.rows(thought, thought_before))
+    if long_result.rows:
+        table.section(list(long_bench.HEADER), long_bench.rows(long_result))
+        table.section(long_bench.resume_header(long_result), long_bench.resume_rows(long_result))
     table.section(
         [
             f"estimator vs {calibrate.ENCODING}",
@@ -825,6 +835,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(LEGEND)
     print(footprint.LEGEND)
+    print(long_bench.LEGEND)
+    for note in long_bench.notes(long_result):
+        print(textwrap.fill(note, width=90, subsequent_indent="  ", break_on_hyphens=False))
     for negotiated in (summary, real_summary):
         for count, first in negotiated.warnings:
             print(

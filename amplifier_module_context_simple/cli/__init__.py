@@ -5,7 +5,8 @@
     amplifier-context-simple replay TRANSCRIPT [--set key=value ...]
         [--window N --max-output N] [--compare key=value ...] [--sliding-window]
         [--trimmer-fraction F ...] [--hysteresis F ...] [--equal-context]
-        [--price-fresh X --price-cache-read X --price-cache-write X]
+        [--price-fresh X --price-cache-read X --price-cache-write X
+         --price-cache-write-1h X] [--times FILE] [--cache-ttl 5m|1h|none]
         [--plot FILE] [--plot-cost FILE] [--json]
 
 The transcript holds one message object per line (Amplifier's ``transcript.jsonl``; blank
@@ -45,6 +46,12 @@ The bill: every run's views are passed through a simulated prompt cache, the one
 previous request's view are read from the cache, the last message (the new input) is fresh,
 and everything between is a cache write. The billed input is ``fresh x --price-fresh +
 read x --price-cache-read + write x --price-cache-write`` (defaults 1.0, 0.1, 1.25).
+The cache has a lifetime, ``--cache-ttl``: ``5m`` (the default), ``1h`` (writes priced at
+``--price-cache-write-1h``, default 2.0) or ``none``. With ``--times FILE`` (a JSON list of
+one ISO timestamp per transcript line) a request is made at the time of the message it
+comes before (the last one at the last message's), and a request made more than the
+lifetime after the previous one finds the cache cold: it writes its whole view (``cache
+expiries``); every request refreshes the entry. Without ``--times`` nothing expires.
 From Python, another count can replace the estimator: ``replay`` takes a ``measure``
 (message -> tokens) that counts its records and bill, the baselines replayed against a run
 count with that run's measure, and the trimmer pieces (``trimmed_views``,
@@ -89,12 +96,18 @@ from .baselines import replay_equal_context as replay_equal_context
 from .baselines import replay_hysteresis as replay_hysteresis
 from .baselines import replay_sliding_window as replay_sliding_window
 from .baselines import replay_trimmer as replay_trimmer
+from .bill import CACHE_LIFETIMES as CACHE_LIFETIMES
 from .bill import DEFAULT_PRICES as DEFAULT_PRICES
+from .bill import FIVE_MINUTES as FIVE_MINUTES
+from .bill import NO_EXPIRY as NO_EXPIRY
+from .bill import ONE_HOUR as ONE_HOUR
+from .bill import CacheLifetime as CacheLifetime
 from .bill import CacheUse as CacheUse
 from .bill import Measure as Measure
 from .bill import Prices as Prices
 from .bill import cache_use as cache_use
 from .bill import dropped_messages as dropped_messages
+from .bill import expired_requests as expired_requests
 from .bill import keyed_view as keyed_view
 from .bill import message_key as message_key
 from .bill import simulate_cache as simulate_cache
@@ -110,9 +123,11 @@ from .plot import write_cost_plot as write_cost_plot
 from .plot import write_plot as write_plot
 from .replaying import EventLog as EventLog
 from .replaying import ProviderInfo as ProviderInfo
+from .replaying import ReplayedRequest as ReplayedRequest
 from .replaying import WarningTally as WarningTally
 from .replaying import WindowProvider as WindowProvider
 from .replaying import replay as replay
+from .replaying import request_times as request_times
 from .replaying import tallied_warnings as tallied_warnings
 from .report import CACHE_MODEL as CACHE_MODEL
 from .report import SUMMARY_ROWS as SUMMARY_ROWS
@@ -134,15 +149,20 @@ from .trimmers import sliding_window_view as sliding_window_view
 from .trimmers import trimmed_views as trimmed_views
 
 __all__ = (
+    "CACHE_LIFETIMES",
     "CONFIG_KEYS",
     "DEFAULT_PRICES",
     "EQUAL_CONTEXT_TOLERANCE",
     "EXIT_FAILURE",
     "EXIT_OK",
     "EXIT_USAGE",
+    "FIVE_MINUTES",
+    "NO_EXPIRY",
+    "ONE_HOUR",
     "PROG",
     "SUMMARY_ROWS",
     "TRIM_MODEL",
+    "CacheLifetime",
     "CacheUse",
     "CliError",
     "EventLog",
@@ -150,6 +170,7 @@ __all__ = (
     "Prices",
     "Problem",
     "ProviderInfo",
+    "ReplayedRequest",
     "RequestRecord",
     "Run",
     "Transcript",
@@ -162,6 +183,7 @@ __all__ = (
     "cumulative_billed",
     "dropped_messages",
     "equal_context_target",
+    "expired_requests",
     "format_table",
     "hysteresis_views",
     "keyed_view",
@@ -177,6 +199,7 @@ __all__ = (
     "report_dict",
     "report_text",
     "request_histories",
+    "request_times",
     "run_replay",
     "simulate_cache",
     "sliding_window_view",

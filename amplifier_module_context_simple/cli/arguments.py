@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..context.config import ContextConfig
-from .bill import DEFAULT_PRICES
+from .bill import CACHE_LIFETIMES, DEFAULT_PRICES
 from .exits import EXIT_USAGE, PROG, CliError
 
 __all__ = ("CONFIG_KEYS", "build_config", "build_parser", "parse_assignment")
@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_configurations(replay_cmd)
     _add_baselines(replay_cmd)
     _add_prices(replay_cmd)
+    _add_cache(replay_cmd)
     _add_outputs(replay_cmd)
     return parser
 
@@ -167,7 +168,16 @@ def _add_prices(replay_cmd: argparse.ArgumentParser) -> None:
     for option, default, what in (
         ("--price-fresh", DEFAULT_PRICES.fresh, "a fresh input token"),
         ("--price-cache-read", DEFAULT_PRICES.cache_read, "a token read from the cache"),
-        ("--price-cache-write", DEFAULT_PRICES.cache_write, "a token written to the cache"),
+        (
+            "--price-cache-write",
+            DEFAULT_PRICES.cache_write,
+            "a token written to the 5-minute cache (or to one without expiry)",
+        ),
+        (
+            "--price-cache-write-1h",
+            DEFAULT_PRICES.cache_write_1h,
+            "a token written to the 1-hour cache",
+        ),
     ):
         replay_cmd.add_argument(
             option,
@@ -176,6 +186,25 @@ def _add_prices(replay_cmd: argparse.ArgumentParser) -> None:
             metavar="X",
             help=f"price of {what}, in fresh-token units (default {default:g})",
         )
+
+
+def _add_cache(replay_cmd: argparse.ArgumentParser) -> None:
+    """The cache's lifetime and the request times it expires by."""
+    replay_cmd.add_argument(
+        "--times",
+        type=Path,
+        metavar="FILE",
+        help="a JSON list of one ISO timestamp per transcript line: a request is made at "
+        "the time of the message it comes before, and one made more than the cache "
+        "lifetime after the previous request finds the cache cold",
+    )
+    replay_cmd.add_argument(
+        "--cache-ttl",
+        choices=tuple(CACHE_LIFETIMES),
+        default=DEFAULT_PRICES.lifetime.name,
+        help="the prompt cache's lifetime: 5m (default), 1h (writes priced at "
+        "--price-cache-write-1h) or none (never expires); without --times nothing expires",
+    )
 
 
 def _add_outputs(replay_cmd: argparse.ArgumentParser) -> None:

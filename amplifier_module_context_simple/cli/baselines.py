@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..testing.thinking_oracle import PrefixLedger
-from .bill import keyed_view
+from .bill import cache_use, keyed_view
 from .runs import RequestRecord, Run, new_record
 from .transcript import Transcript, request_histories
 from .trimmers import EQUAL_CONTEXT_TOLERANCE, equal_context_target, memoized, trimmed_views
@@ -37,8 +37,21 @@ def baseline_run(
     description: str,
 ) -> Run:
     """A baseline's ``Run``: its ``views`` of ``histories`` billed like ``module_run``
-    (same budget, prices and measure)."""
+    (same budget, prices and measure), its requests made at the same times: where a
+    request of ``module_run`` found the cache expired (``CacheUse.expired``), the same
+    request of the baseline does too.
+
+    Raises:
+        ValueError: ``module_run``'s cache expired, and its requests are not as many as
+            ``histories``.
+    """
     measure = memoized(module_run.measure)
+    cold = [record.cache.expired for record in module_run.records]
+    timed = any(cold)
+    if timed and len(cold) != len(histories):
+        raise ValueError(
+            f"{len(histories)} histories for the {len(cold)} timed requests of {module_run.name}"
+        )
     records: list[RequestRecord] = []
     previous: list[tuple[str, int]] | None = None
     ledger = PrefixLedger()
@@ -52,9 +65,10 @@ def baseline_run(
         keyed = keyed_view(view, measure)
         tokens = sum(map(measure, history))
         verdict = ledger.check(view)
-        records.append(
-            new_record(len(records) + 1, len(history), tokens, keyed, None, previous, verdict)
-        )
+        record = new_record(len(records) + 1, len(history), tokens, keyed, None, previous, verdict)
+        if timed and cold[len(records)]:
+            record = dataclasses.replace(record, cache=cache_use(previous, keyed, expired=True))
+        records.append(record)
         previous = keyed
         answered = (view, len(history))
     return dataclasses.replace(module_run, name=name, records=records, baseline=description)

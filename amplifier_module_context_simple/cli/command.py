@@ -5,6 +5,7 @@ plots and print the report; every failure is a ``CliError`` with its exit code."
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from pathlib import Path
@@ -15,10 +16,10 @@ import anyio
 from ..context.config import ContextConfig
 from .arguments import build_config, build_parser
 from .baselines import replay_equal_context, replay_hysteresis, replay_sliding_window
-from .bill import Prices
+from .bill import CACHE_LIFETIMES, Prices
 from .exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, PROG, CliError
 from .plot import use_agg_backend, write_cost_plot, write_plot
-from .replaying import WindowProvider, replay, tallied_warnings
+from .replaying import WindowProvider, replay, request_times, tallied_warnings
 from .report import report_dict, report_text
 from .runs import Run
 from .transcript import Transcript, parse_transcript
@@ -48,15 +49,22 @@ def run_replay(args: argparse.Namespace) -> int:
     provider = _provider(args)
     if args.plot is not None or args.plot_cost is not None:
         use_agg_backend()  # fail before the replay, not after it
-    prices = Prices(args.price_fresh, args.price_cache_read, args.price_cache_write)
+    prices = Prices(
+        args.price_fresh,
+        args.price_cache_read,
+        args.price_cache_write,
+        args.price_cache_write_1h,
+        CACHE_LIFETIMES[args.cache_ttl],
+    )
     configs = _configurations(args)
     transcript = _read_transcript(args.transcript)
+    times = None if args.times is None else _request_times(args.times, transcript)
     with tallied_warnings() as warnings:
-        runs = anyio.run(_replay_all, transcript, configs, provider, prices)
+        runs = anyio.run(_replay_all, transcript, configs, provider, prices, times)
     runs += _replay_baselines(transcript, runs[0], args)
     for count, first in warnings.tally.values():
-        times = f" ({count} times; the first shown)" if count > 1 else ""
-        print(f"{PROG}: module warning{times}: {first}", file=sys.stderr)
+        repeated = f" ({count} times; the first shown)" if count > 1 else ""
+        print(f"{PROG}: module warning{repeated}: {first}", file=sys.stderr)
     _write_plots(args, runs)
     _print_report(args, transcript, runs)
     return EXIT_OK
@@ -109,15 +117,57 @@ def _read_transcript(path: Path) -> Transcript:
     return transcript
 
 
+def _request_times(path: Path, transcript: Transcript) -> list[float]:
+    """The time of each request (``request_times``) from the ``--times`` file at ``path``:
+    a JSON list of one ISO timestamp per transcript line (or array item).
+
+    Raises:
+        CliError: (exit 1) the file cannot be read, is not such a list, lacks the
+            timestamp of a replayed line or goes back in time between two requests.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CliError(f"--times: cannot read {path}: {exc.strerror or exc}", EXIT_FAILURE) from exc
+    try:
+        raw: object = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CliError(f"--times: {path}: not valid JSON: {exc}", EXIT_FAILURE) from exc
+    if not isinstance(raw, list):
+        raise CliError(f"--times: {path}: expected a JSON list of timestamps", EXIT_FAILURE)
+    stamps: list[datetime.datetime] = []
+    for number, stamp in enumerate(raw, start=1):
+        try:
+            stamps.append(datetime.datetime.fromisoformat(stamp))
+        except (TypeError, ValueError):
+            raise CliError(
+                f"--times: {path}: entry {number} is not an ISO timestamp: {stamp!r}",
+                EXIT_FAILURE,
+            ) from None
+    try:
+        return request_times(transcript, stamps)
+    except ValueError as exc:
+        raise CliError(f"--times: {path}: {exc}", EXIT_FAILURE) from exc
+
+
 async def _replay_all(
     transcript: Transcript,
     configs: list[Configuration],
     provider: WindowProvider | None,
     prices: Prices,
+    times: list[float] | None = None,
 ) -> list[Run]:
     """Every configuration's module run, in order."""
     return [  # noqa: ASYNC910 - every replay awaits the module
-        await replay(transcript, config, provider, name=name, overrides=overrides, prices=prices)
+        await replay(
+            transcript,
+            config,
+            provider,
+            name=name,
+            overrides=overrides,
+            prices=prices,
+            times=times,
+        )
         for name, overrides, config in configs
     ]
 
@@ -154,9 +204,10 @@ def _write_plots(args: argparse.Namespace, runs: list[Run]) -> None:
 def _print_report(args: argparse.Namespace, transcript: Transcript, runs: list[Run]) -> None:
     """The report on stdout: JSON with ``--json``, else text and where the plots went."""
     if args.json:
-        print(json.dumps(report_dict(transcript, runs), indent=2, ensure_ascii=False))
+        report = report_dict(transcript, runs, times=args.times)
+        print(json.dumps(report, indent=2, ensure_ascii=False))
         return
-    print(report_text(transcript, runs))
+    print(report_text(transcript, runs, times=args.times))
     if args.plot is not None:
         print(f"\nplot written to {args.plot}")
     if args.plot_cost is not None:

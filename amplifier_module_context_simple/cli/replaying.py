@@ -1,14 +1,17 @@
 """Replaying a transcript through the module: ``replay`` admits the messages in order into
 a fresh ``SimpleContextManager`` and makes a request right before each assistant message
 and once at the end, against a ``WindowProvider`` stub, recording the module's events
-(``EventLog``); ``tallied_warnings`` collects the module's log warnings meanwhile."""
+(``EventLog``); ``tallied_warnings`` collects the module's log warnings meanwhile.
+``request_times`` gives each request its time, for the cache's lifetime (``bill``)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,16 +21,18 @@ from ..context.history.ingress import cap_tool_result
 from ..context.store import BUDGET_EVENT, COMPACTION_EVENT
 from ..manager import SimpleContextManager
 from ..testing.thinking_oracle import PrefixLedger
-from .bill import DEFAULT_PRICES, Measure, Prices, keyed_view
+from .bill import DEFAULT_PRICES, Measure, Prices, cache_use, expired_requests, keyed_view
 from .runs import RequestRecord, Run, new_record
 from .transcript import Transcript
 
 __all__ = (
     "EventLog",
     "ProviderInfo",
+    "ReplayedRequest",
     "WarningTally",
     "WindowProvider",
     "replay",
+    "request_times",
     "tallied_warnings",
 )
 
@@ -65,6 +70,52 @@ class EventLog:
         self.events.append((event, dict(data)))
 
 
+@dataclass(frozen=True, slots=True)
+class ReplayedRequest:
+    """One request of a ``replay``, as its ``on_request`` callback sees it."""
+
+    record: RequestRecord
+    view: list[dict[str, Any]]
+    """The view ``get_messages_for_request`` returned."""
+    keyed: list[tuple[str, int]]
+    """The view as ``(message_key, tokens)`` pairs, counted by the replay's measure."""
+    seconds: float
+    """The wall time of the ``get_messages_for_request`` call alone (``time.perf_counter``)."""
+
+
+def request_times(transcript: Transcript, stamps: Sequence[datetime.datetime]) -> list[float]:
+    """Each of ``replay``'s requests' time, in POSIX seconds: the timestamp of the message
+    it is made before (an assistant message), and for the last request, made once every
+    message is in, the last message's. ``stamps[i]`` is the time of the transcript's line
+    (or array item) ``i + 1``; a naive timestamp is read as UTC.
+
+    Raises:
+        ValueError: a replayed line has no timestamp, or a request's time is earlier than
+            the one before it.
+    """
+
+    def at(number: int) -> float:
+        if number > len(stamps):
+            raise ValueError(
+                f"no timestamp for {transcript.unit} {number} ({len(stamps)} timestamps)"
+            )
+        stamp = stamps[number - 1]
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=datetime.UTC)
+        return stamp.timestamp()
+
+    numbers = [n for n, message in transcript.messages if message.get("role") == "assistant"]
+    numbers += [transcript.messages[-1][0]] if transcript.messages else []
+    times = [at(number) for number in numbers]
+    for index in range(1, len(times)):
+        if times[index] < times[index - 1]:
+            raise ValueError(
+                f"the timestamp of {transcript.unit} {numbers[index]} is earlier than that "
+                f"of {transcript.unit} {numbers[index - 1]}"
+            )
+    return times
+
+
 async def replay(
     transcript: Transcript,
     config: ContextConfig,
@@ -74,6 +125,8 @@ async def replay(
     overrides: dict[str, Any],
     prices: Prices = DEFAULT_PRICES,
     measure: Measure = estimate_message,
+    times: Sequence[float] | None = None,
+    on_request: Callable[[ReplayedRequest], object] | None = None,
 ) -> Run:
     """Replay ``transcript`` through a fresh manager configured with ``config``.
 
@@ -81,7 +134,18 @@ async def replay(
     end. The manager's events are recorded through an ``EventLog`` hooks object. Each
     view goes through the simulated prompt cache (``cache_use``). ``measure`` counts the
     records' tokens (views and history); the module's own decisions use its estimator.
+    ``times`` (``request_times``: one per request, in seconds) lets the cache expire
+    after ``prices.lifetime``: a request made longer than that after the previous one
+    finds it cold (``expired_requests``); without them nothing expires. ``on_request``
+    is called after each request with what it returned and how long the call took.
+
+    Raises:
+        ValueError: ``times`` does not hold one time per request, or goes back in time.
     """
+    requests = 1 + sum(message.get("role") == "assistant" for _, message in transcript.messages)
+    if times is not None and len(times) != requests:
+        raise ValueError(f"{len(times)} request times for {requests} requests")
+    cold = expired_requests(times, prices.lifetime)
     log = EventLog()
     manager = SimpleContextManager(**dataclasses.asdict(config), hooks=log)
     records: list[RequestRecord] = []
@@ -93,15 +157,20 @@ async def replay(
     async def request() -> list[dict[str, Any]]:
         nonlocal previous
         seen = len(log.events)
+        started = time.perf_counter()
         view = await manager.get_messages_for_request(provider=provider)
+        seconds = time.perf_counter() - started
         compaction = next((d for e, d in log.events[seen:] if e == COMPACTION_EVENT), None)
         keyed = keyed_view(view, measure)
         verdict = ledger.check(view)
-        records.append(
-            new_record(
-                len(records) + 1, admitted, history_tokens, keyed, compaction, previous, verdict
-            )
+        record = new_record(
+            len(records) + 1, admitted, history_tokens, keyed, compaction, previous, verdict
         )
+        if cold and cold[len(records)]:
+            record = dataclasses.replace(record, cache=cache_use(previous, keyed, expired=True))
+        records.append(record)
+        if on_request is not None:
+            on_request(ReplayedRequest(record, view, keyed, seconds))
         previous = keyed
         return view
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Final
 
+from .bill import Prices
 from .runs import RequestRecord, Run
 from .transcript import Transcript
 
 __all__ = (
+    "CACHE_LIFETIME_MODEL",
     "CACHE_MODEL",
     "SUMMARY_ROWS",
     "THINKING_MODEL",
@@ -18,6 +21,7 @@ __all__ = (
     "format_table",
     "report_dict",
     "report_text",
+    "totals",
 )
 
 SUMMARY_ROWS: Final = (
@@ -45,10 +49,17 @@ SUMMARY_ROWS: Final = (
     ("billed input", "billed_input", "{:,.0f}"),
     ("billed / total input", "billed_over_input", "{:.3f}"),
     ("prefix breaks", "prefix_breaks", "{:,}"),
+    ("cache expiries", "cache_expiries", "{:,}"),
     ("over budget (rejected)", "over_budget_requests", "{:,}"),
     ("provider counts", "provider_counts", "{:,}"),
 )
 """(title, ``totals`` key, format) of the summary table rows."""
+
+CACHE_LIFETIME_MODEL: Final = (
+    "a request made more than the lifetime after the previous one finds the cache cold "
+    "and writes its whole view (the shared prefix still counts as kept for the prefix "
+    "breaks); every request refreshes the entry"
+)
 
 CACHE_MODEL: Final = (
     "views counted with the module's estimator (estimate_message); per request the "
@@ -84,17 +95,39 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: in
     return "\n".join([line(headers), rule, *(line(row) for row in rows)])
 
 
-def report_dict(transcript: Transcript, runs: Sequence[Run]) -> dict[str, Any]:
-    """The whole report as JSON-ready data."""
+def totals(run: Run) -> dict[str, Any]:
+    """``run.totals()`` and ``cache_expiries``: the requests that found the cache cold."""
+    return {**run.totals(), "cache_expiries": sum(r.cache.expired for r in run.records)}
+
+
+def report_dict(
+    transcript: Transcript, runs: Sequence[Run], *, times: Path | None = None
+) -> dict[str, Any]:
+    """The whole report as JSON-ready data; ``times``: the request times' file, if any."""
+    prices = runs[0].prices if runs else None
     return {
         "transcript": str(transcript.path),
         "format": "jsonl" if transcript.unit == "line" else "array",
         "messages": len(transcript.messages),
         "skipped": [dataclasses.asdict(p) for p in transcript.problems],
-        "prices": dataclasses.asdict(runs[0].prices) if runs else None,
+        "prices": None if prices is None else prices.as_dict(),
+        "cache_lifetime": None if prices is None else _lifetime_dict(prices, times),
         "cache_model": CACHE_MODEL,
         "trim_model": TRIM_MODEL,
         "runs": [_run_dict(run) for run in runs],
+    }
+
+
+def _lifetime_dict(prices: Prices, times: Path | None) -> dict[str, Any]:
+    """The cache's lifetime in ``report_dict``: its name and seconds, both write prices
+    and the request times' file (without one nothing expires)."""
+    return {
+        "name": prices.lifetime.name,
+        "seconds": prices.lifetime.seconds,
+        "cache_write_5m": prices.cache_write,
+        "cache_write_1h": prices.cache_write_1h,
+        "times": None if times is None else str(times),
+        "model": CACHE_LIFETIME_MODEL,
     }
 
 
@@ -105,7 +138,7 @@ def _run_dict(run: Run) -> dict[str, Any]:
         "config": run.overrides,
         "baseline": run.baseline,
         "budget": run.budget,
-        "totals": run.totals(),
+        "totals": totals(run),
         "compactions": [{"request": number, **stats} for number, stats in run.compactions.items()],
         "requests": [_request_dict(r) for r in run.records],
     }
@@ -123,6 +156,7 @@ def _request_dict(r: RequestRecord) -> dict[str, Any]:
         "cache_read_tokens": r.cache.cache_read,
         "cache_write_tokens": r.cache.cache_write,
         "fresh_tokens": r.cache.fresh,
+        "cache_expired": r.cache.expired,
         "dropped_messages": r.dropped_messages,
         "thinking_shown": r.thinking_shown,
         "thinking_invalid": r.thinking_invalid,
@@ -134,19 +168,30 @@ def _arrow(before: int, after: int) -> str:
     return f"{before:,} -> {after:,}"
 
 
-def report_text(transcript: Transcript, runs: Sequence[Run]) -> str:
-    """The report as plain text: configurations, compaction boundaries, summary."""
+def report_text(transcript: Transcript, runs: Sequence[Run], *, times: Path | None = None) -> str:
+    """The report as plain text: configurations, compaction boundaries, summary;
+    ``times``: the request times' file, if any."""
     count = f"{len(transcript.messages)} messages, {len(transcript.problems)} skipped"
     out = [f"transcript: {transcript.path} ({count})"]
     out += [f"{run.name}: {run.label}" for run in runs]
     out += ["", "compaction boundaries (tokens and messages: before -> after)"]
     out.append(_boundaries_table([run for run in runs if run.baseline is None]))
-    totals = [run.totals() for run in runs]
-    summary = [[title, *(spec.format(t[key]) for t in totals)] for title, key, spec in SUMMARY_ROWS]
+    figures = [totals(run) for run in runs]
+    summary = [
+        [title, *(spec.format(t[key]) for t in figures)] for title, key, spec in SUMMARY_ROWS
+    ]
     out += ["", "summary", format_table(["", *(run.name for run in runs)], summary)]
     if runs:
+        lifetime = runs[0].prices.lifetime
+        if lifetime.seconds is None:
+            expiry = "the cache never expires"
+        elif times is None:
+            expiry = "no request times (--times), so the cache never expires"
+        else:
+            expiry = f"request times from {times}: {CACHE_LIFETIME_MODEL}"
         out += [
             f"bill: prices {runs[0].prices.describe()}",
+            f"cache lifetime: {lifetime.name}; {expiry}",
             f"cache model: {CACHE_MODEL}",
             f"trim: {TRIM_MODEL}",
             f"thinking: {THINKING_MODEL}",
