@@ -5,6 +5,7 @@ margin."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pytest
 
@@ -22,7 +23,7 @@ from amplifier_module_context_simple.context.counting.correction import (
 KEY = (100_000, "claude-sonnet-4-5")
 
 
-def fed(pairs: list[tuple[int, int | None]], *, margin: float = 0.1) -> Reconciler:
+def fed(pairs: Sequence[tuple[int, int | None]], *, margin: float = 0.1) -> Reconciler:
     reconciler = Reconciler(margin)
     for estimate, reading in pairs:
         reconciler.returned(estimate, KEY)
