@@ -1,19 +1,8 @@
-"""The eight-level compaction ladder, over an immutable snapshot of the working view.
+"""The compaction ladder, over an immutable snapshot of the working view.
 
-The same eight rungs serve both paths:
-
-====  ==========================================================================
-rung  what it does
-====  ==========================================================================
-1     truncate the oldest quarter of tool results
-2     truncate the second quarter
-3     removal pass protecting the most recent ``protected_recent`` of messages
-4     truncate the third quarter (positions recomputed on the shrunk view)
-5     removal pass protecting ``protected_recent * 0.6``
-6     truncate every unprotected tool result
-7     removal pass protecting ``protected_recent * 0.3``
-8     stub machine-written user envelopes, then drop old stubs
-====  ==========================================================================
+The same rungs serve both paths. What each rung does is one table, ``rungs.RUNGS``
+(docs/design.md section 4.1 shows it): this module dispatches on a rung's action and reads
+its share from there.
 
 Every rung works oldest first and stops as soon as the view fits ``target``. The ordinary
 path climbs rung by rung to its target. The negotiated path applies one rung at a time
@@ -71,6 +60,7 @@ from .rows import (
     Item,
     Rows,
 )
+from .rungs import ENVELOPES, RUNG_COUNT, RUNGS, TRUNCATE
 
 __all__ = (
     "RUNG_COUNT",
@@ -82,8 +72,6 @@ __all__ = (
 
 Reduce = Callable[[int], Form | None]
 """``(seq) -> Form | None``: a reduced form of the message with that seq, if it shrinks it."""
-
-RUNG_COUNT: Final = 8
 
 _CHUNK: Final = 8 * STRIDE
 """Items a cheap whole-list pass (a filter, an index) handles between two pause points."""
@@ -327,20 +315,19 @@ class Ladder:
 
     def _phases(self, rung: int) -> tuple[_Phase, ...]:
         """The phases of ``rung``: each a ``(prepare, run)`` pair (module docstring)."""
-        fraction = self.params.protected_recent
-        waves = {1: (0.0, 0.25), 2: (0.25, 0.50), 4: (0.50, 0.75), 6: (0.0, 1.0)}
-        if rung in waves:
-            lo, hi = waves[rung]
+        spec = RUNGS[rung - 1]
+        if spec.action == TRUNCATE:
+            lo, hi = spec.results
             return ((lambda scope: self._wave_scope(scope, lo, hi), self._truncate_wave),)
-        if rung != RUNG_COUNT:
-            recent = fraction * {3: 1.0, 5: 0.6, 7: 0.3}[rung]
+        recent = self.params.protected_recent * spec.recent
+        if spec.action == ENVELOPES:
             return (
-                (lambda scope: self._removal_scope(scope, recent), self._removal_pass),
-                (lambda scope: self._stub_scope(scope, recent), self._stub_pass),
+                (lambda scope: self._envelope_scope(scope, recent), self._stub_envelopes),
+                (self._old_stub_scope, self._drop_old_stubs),
             )
         return (
-            (self._envelope_scope, self._stub_envelopes),
-            (self._old_stub_scope, self._drop_old_stubs),
+            (lambda scope: self._removal_scope(scope, recent), self._removal_pass),
+            (lambda scope: self._stub_scope(scope, recent), self._stub_pass),
         )
 
     def reducing_floor(self, limit: int) -> Steps[None]:
@@ -720,10 +707,10 @@ class Ladder:
                 return index
         return None
 
-    def _envelope_scope(self, scope: _Scope) -> Steps[None]:
+    def _envelope_scope(self, scope: _Scope, fraction: float) -> Steps[None]:
         """Rung 8 may stub the machine-written user turns before the last user turn, and
-        then drop stubs before the narrowest recent window; both as the view is when the
-        rung is first applied (stubbing leaves the live order's length as it is)."""
+        then drop stubs before the recent window of ``fraction``; both as the view is when
+        the rung is first applied (stubbing leaves the live order's length as it is)."""
         last_user = self._last_user_position()
         keep = self._human_bounds()
         if last_user is not None:
@@ -731,7 +718,7 @@ class Ladder:
         live, seqs = self.live, self.rows.seq
         scope.keep = frozenset(seqs[live[index]] for index in keep)
         scope.last_user = None if last_user is None else seqs[live[last_user]]
-        scope.boundary = int(len(live) * (1 - self.params.protected_recent * 0.3))
+        scope.boundary = int(len(live) * (1 - fraction))
         scope.rows = live[:]
         yield
 

@@ -33,6 +33,7 @@ from ..ladder.decisions import Decisions
 from ..ladder.forms import stubbed_form, truncated_form, unthought
 from ..ladder.ladder import Ladder, LadderParams
 from ..ladder.rows import Form, FormName, Rows
+from ..ladder.rungs import FLOOR_RUNG
 from ..rendering.notice import notice_message
 from ..rendering.render import Rendered
 from ..rendering.thinking import covers
@@ -310,7 +311,7 @@ class Compactor:
                 "Required content was not discarded.",
                 budget=plan.budget,
                 required=ladder.total,
-                rung=9 if ladder.floor_truncated or ladder.floor_removed else ladder.level,
+                rung=FLOOR_RUNG if ladder.floor_truncated or ladder.floor_removed else ladder.level,
                 reason="hard_fit_over_budget",
             )
         mark = (

@@ -39,11 +39,12 @@ from typing import Any, Final, TypeVar
 from ...errors import TransactionStateError
 from ..ladder.decisions import Decisions
 from ..ladder.ladder import RUNG_COUNT, Ladder
+from ..ladder.rungs import FLOOR_RUNG
 from ..slices import Pacer, Steps, run_through
 from .plan import RequestPlan
 from .policy import RequestPolicy
 
-__all__ = ("Candidate", "Commit", "Negotiable", "StoreLink")
+__all__ = ("FLOOR_RUNG", "Candidate", "Commit", "Negotiable", "StoreLink")
 
 RUNGS: Final = range(1, RUNG_COUNT + 1)
 T = TypeVar("T")
