@@ -25,15 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..slices import HEAVY_STRIDE, STRIDE, Steps, run_through
+from ..slices import CHUNK, HEAVY_STRIDE, Steps, run_through, walking
 from ..stats import CompactionStats
 from .ladder import Ladder
 from .rows import Form
 
 __all__ = ("Decisions",)
-
-_CHUNK = 8 * STRIDE
-"""Entries merged between two pause points."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,18 +95,21 @@ class Decisions:
         yield
         overrides: dict[int, dict[str, Any]] = {}
         override_tokens: dict[int, int] = {}
-        for index, (seq, message) in enumerate(self.overrides.items()):
-            if index % _CHUNK == _CHUNK - 1:
-                yield
+
+        def keep(entry: tuple[int, dict[str, Any]]) -> None:
+            seq, message = entry
             if seq not in ladder.removed:
                 overrides[seq] = message
                 override_tokens[seq] = self.override_tokens[seq]
-        # (a form may be made here, tens of microseconds apiece: ``Ladder._form``)
-        for index, (seq, message, tokens) in enumerate(ladder.reduced_forms()):
-            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
-                yield
+
+        def take(reduced: tuple[int, dict[str, Any], int]) -> None:
+            seq, message, tokens = reduced
             overrides[seq] = message
             override_tokens[seq] = tokens
+
+        yield from walking(self.overrides.items(), keep, stride=CHUNK)
+        # (a form may be made here, tens of microseconds apiece: ``Ladder._form``)
+        yield from walking(ladder.reduced_forms(), take, stride=HEAVY_STRIDE)
         for seq, (form, tokens, _) in ladder.thoughtless.items():
             if form is not None:
                 overrides[seq] = form

@@ -40,11 +40,11 @@ for tests and diagnostics.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..slices import HEAVY_STRIDE, STRIDE, Steps, run_through
+from ..slices import HEAVY_STRIDE, STRIDE, Steps, chunking, run_through, walking
 from .forms import Unthought
 from .rows import (
     CALLS,
@@ -72,9 +72,6 @@ __all__ = (
 
 Reduce = Callable[[int], Form | None]
 """``(seq) -> Form | None``: a reduced form of the message with that seq, if it shrinks it."""
-
-_CHUNK: Final = 8 * STRIDE
-"""Items a cheap whole-list pass (a filter, an index) handles between two pause points."""
 
 _DROPPED: Final[dict[str, Any]] = {}
 """The message of a removed row: nothing shows it, and a scope that still lists the row
@@ -358,32 +355,9 @@ class Ladder:
         yield from self._truncate_largest_results()
         groups = yield from self._groups()
         yield from self._remove_oldest(groups)
-        rows = self.rows
-        seqs, forms = rows.seq, rows.form
-        for index, row in enumerate(self.live):
-            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
-                yield
-            if self.fits:
-                break
-            if self._is_user_turn(row) and seqs[row] not in self.protected and forms[row] == FULL:
-                self._stub(row)
-        doomed: set[int] = set()
+        yield from self._stub_user_turns()
         groups = yield from self._groups()
-        for index, row in enumerate(self.live):
-            if index % STRIDE == STRIDE - 1:
-                yield
-            if self.fits:
-                break
-            if row in doomed or not self._is_user_turn(row) or self._untouchable(row):
-                continue
-            results = bool(rows.flags[row] & RESULTS)
-            members = groups.members(rows.group[row], row) if results else (row,)
-            if results and rows.group[row] in self.incomplete_groups:
-                continue
-            if any(self._untouchable(m) for m in members if m != row):
-                continue
-            self._drop(members, doomed)
-        yield from self._compact(doomed)
+        yield from self._drop_user_turns(groups)
         self.floor_removed = len(self.removed) + len(self.stubbed) - before
 
     def _untouchable(self, row: int) -> bool:
@@ -403,51 +377,81 @@ class Ladder:
         ]
         yield
         results.sort(key=tokens.__getitem__, reverse=True)
-        for index, row in enumerate(results):
-            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
-                yield
-            if self.fits:
-                return
+
+        def truncate(row: int) -> None:
             form = reduce(seqs[row])
             if form is not None and form[1] < tokens[row]:
                 self._replace(row, form, PROTECTED)
                 self.truncated.add(seqs[row])
                 self.floor_truncated.add(seqs[row])
 
+        yield from walking(results, self._until_fits(truncate), stride=HEAVY_STRIDE)
+
     def _remove_oldest(self, groups: Groups) -> Steps[None]:
         rows = self.rows
         flags, group = rows.flags, rows.group
         doomed: set[int] = set()
-        for index, row in enumerate(self.live):
-            if index % STRIDE == STRIDE - 1:
-                yield
-            if self.fits:
-                break
+
+        def remove(row: int) -> None:
             if row in doomed or self._untouchable(row) or self._is_user_turn(row):
-                continue
+                return
             if flags[row]:
                 members = groups.members(group[row], row)
                 if group[row] in self.incomplete_groups or any(
                     self._untouchable(m) for m in members
                 ):
-                    continue
+                    return
                 self._drop(members, doomed)
             elif rows.info[row].role == "assistant":
                 self._drop((row,), doomed)
+
+        yield from walking(self.live, self._until_fits(remove))
         yield from self._compact(doomed)
+
+    def _stub_user_turns(self) -> Steps[None]:
+        rows = self.rows
+        seqs, forms = rows.seq, rows.form
+
+        def stub(row: int) -> None:
+            if self._is_user_turn(row) and seqs[row] not in self.protected and forms[row] == FULL:
+                self._stub(row)
+
+        yield from walking(self.live, self._until_fits(stub), stride=HEAVY_STRIDE)
+
+    def _drop_user_turns(self, groups: Groups) -> Steps[None]:
+        rows = self.rows
+        doomed: set[int] = set()
+
+        def drop(row: int) -> None:
+            if row in doomed or not self._is_user_turn(row) or self._untouchable(row):
+                return
+            results = bool(rows.flags[row] & RESULTS)
+            members = groups.members(rows.group[row], row) if results else (row,)
+            if results and rows.group[row] in self.incomplete_groups:
+                return
+            if any(self._untouchable(m) for m in members if m != row):
+                return
+            self._drop(members, doomed)
+
+        yield from walking(self.live, self._until_fits(drop))
+        yield from self._compact(doomed)
+
+    def _until_fits(self, act: Callable[[int], object]) -> Callable[[int], object]:
+        """``act``, for a walk that stops at the first row it meets once the view fits."""
+        return lambda row: self.fits or act(row)
 
     # -- protection ------------------------------------------------------------
 
     def _result_positions(self) -> Steps[list[int]]:
-        live, infos = self.live, self.rows.info
+        infos = self.rows.info
         positions: list[int] = []
-        for start in range(0, len(live), _CHUNK):
+
+        def index(chunk: Sequence[int], offset: int) -> None:
             positions.extend(
-                i
-                for i, row in enumerate(live[start : start + _CHUNK], start)
-                if infos[row].is_result_carrier
+                i for i, row in enumerate(chunk, offset) if infos[row].is_result_carrier
             )
-            yield
+
+        yield from chunking(self.live, index)
         return positions
 
     def _protected_results(self, positions: list[int]) -> set[int]:
@@ -471,13 +475,15 @@ class Ladder:
         positions = yield from self._result_positions()
         protected |= self._protected_results(positions)
         marked = self.protected
-        for start in range(0, len(live), _CHUNK):
+
+        def protect(chunk: Sequence[int], offset: int) -> None:
             protected.update(
                 i
-                for i, row in enumerate(live[start : start + _CHUNK], start)
+                for i, row in enumerate(chunk, offset)
                 if seqs[row] in marked or infos[row].has_loaded_tool_state
             )
-            yield
+
+        yield from chunking(live, protect)
         return protected
 
     # -- operations ------------------------------------------------------------
@@ -511,19 +517,19 @@ class Ladder:
             ),
         )
 
-    def _walk(self, scope: _Scope, act: Callable[[int], None]) -> Steps[bool]:
+    def _walk(
+        self, scope: _Scope, act: Callable[[int], None], stride: int = HEAVY_STRIDE
+    ) -> Steps[bool]:
         """``act`` on the scope's rows from its cursor on, oldest first, until the view
         fits (the cursor is kept for a continuation: False) or the scope is through
-        (True); pausing every ``HEAVY_STRIDE`` rows."""
-        rows = scope.rows
-        for index in range(scope.cursor, len(rows)):
-            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
-                yield
-            if self.fits:
-                scope.cursor = index
-                return False
-            act(rows[index])
-        return True
+        (True); pausing every ``stride`` rows (``walking``)."""
+        stopped = yield from walking(
+            scope.rows, self._until_fits(act), stride=stride, start=scope.cursor
+        )
+        if stopped is None:
+            return True
+        scope.cursor = stopped
+        return False
 
     def _truncate_wave(self, scope: _Scope) -> Steps[bool]:
         rows = self.rows
@@ -544,12 +550,14 @@ class Ladder:
         flags, group = self.rows.flags, self.rows.group
         live = self.live
         sizes: dict[int, int] = {}
-        for start in range(0, len(live), _CHUNK):
-            for row in live[start : start + _CHUNK]:
+
+        def measure(chunk: Sequence[int], offset: int) -> None:
+            for row in chunk:
                 if flags[row]:
                     g = group[row]
                     sizes[g] = sizes.get(g, 0) + 1
-            yield
+
+        yield from chunking(live, measure)
         begin: dict[int, int] = {}
         end: dict[int, int] = {}
         offset = 0
@@ -557,13 +565,15 @@ class Ladder:
             begin[g] = end[g] = offset
             offset += size
         flat = array("q", bytes(8 * offset))
-        for start in range(0, len(live), _CHUNK):
-            for row in live[start : start + _CHUNK]:
+
+        def place(chunk: Sequence[int], offset: int) -> None:
+            for row in chunk:
                 if flags[row]:
                     g = group[row]
                     flat[end[g]] = row
                     end[g] += 1
-            yield
+
+        yield from chunking(live, place)
         return Groups(begin, end, flat)
 
     def _keep_seqs(self, fraction: float) -> Steps[frozenset[int]]:
@@ -586,16 +596,10 @@ class Ladder:
         rows = self.rows
         seqs, flags, group = rows.seq, rows.flags, rows.group
         doomed: set[int] = set()
-        done = True
-        for index in range(scope.cursor, len(scope.rows)):
-            if index % STRIDE == STRIDE - 1:
-                yield
-            if self.fits:
-                scope.cursor, done = index, False
-                break
-            row = scope.rows[index]
+
+        def remove(row: int) -> None:
             if seqs[row] in keep or seqs[row] in removed or self._is_user_turn(row):
-                continue  # user turns are stubbed, never removed by a pass
+                return  # user turns are stubbed, never removed by a pass
             if flags[row]:
                 members = groups.members(group[row], row)
                 if (
@@ -603,10 +607,12 @@ class Ladder:
                     or any(seqs[m] in keep for m in members)
                     or any(self._is_user_turn(m) for m in members)
                 ):
-                    continue  # a group holding a user's own words stays whole, in place
+                    return  # a group holding a user's own words stays whole, in place
                 self._drop(members, doomed)
             else:
                 self._drop((row,), doomed)
+
+        done = yield from self._walk(scope, remove, STRIDE)
         yield from self._compact(doomed)
         return done
 
@@ -686,11 +692,12 @@ class Ladder:
         """Take the rows in ``doomed`` out of the live order."""
         if not doomed:
             return
-        live = self.live
         kept = array("q")
-        for start in range(0, len(live), _CHUNK):
-            kept.extend(row for row in live[start : start + _CHUNK] if row not in doomed)
-            yield
+
+        def keep(chunk: Sequence[int], offset: int) -> None:
+            kept.extend(row for row in chunk if row not in doomed)
+
+        yield from chunking(self.live, keep)
         self.live = kept
 
     def _stub(self, row: int) -> None:
@@ -750,14 +757,8 @@ class Ladder:
         """Rung 8, second half: drop stubs older than the narrowest recent window."""
         rows = self.rows
         doomed: set[int] = set()
-        done = True
-        for index in range(scope.cursor, len(scope.rows)):
-            if index % STRIDE == STRIDE - 1:
-                yield
-            if self.fits:
-                scope.cursor, done = index, False
-                break
-            row = scope.rows[index]
+
+        def drop(row: int) -> None:
             seq = rows.seq[row]
             if (
                 rows.form[row] == STUBBED
@@ -766,5 +767,7 @@ class Ladder:
                 and seq not in self.removed
             ):
                 self._drop((row,), doomed)
+
+        done = yield from self._walk(scope, drop, STRIDE)
         yield from self._compact(doomed)
         return done

@@ -28,7 +28,7 @@ from ..ladder.ladder import Ladder
 from ..rendering.notice import notice_message, notice_position
 from ..rendering.render import Rendered, Renderer
 from ..rendering.thinking import with_range
-from ..slices import Steps
+from ..slices import LIGHT_CHUNK, Steps, chunking
 from .compaction import Compactor, FloorMark, omitting_calls
 from .plan import RequestPlan
 
@@ -268,10 +268,11 @@ class RequestPolicy:
         developer = [kind.is_developer for kind in entries.kind_table]
         codes = entries.kind_codes
         seqs: set[int] = set()
-        for start in range(0, plan.length, 1024):
-            end = min(start + 1024, plan.length)
-            seqs.update(seq for seq in range(start, end) if developer[codes[seq]])
-            yield
+
+        def find(chunk: Sequence[int], start: int) -> None:
+            seqs.update(seq for seq in chunk if developer[codes[seq]])
+
+        yield from chunking(range(plan.length), find, size=LIGHT_CHUNK)
         return frozenset(seqs)
 
     # -- fit checks -----------------------------------------------------------------------
