@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..slices import CHUNK, HEAVY_STRIDE, Steps, run_through, walking
+from ..slices import CHUNK, HEAVY_STRIDE, Steps, walking
 from ..stats import CompactionStats
 from .ladder import Ladder
 from .rows import Form
@@ -76,13 +76,10 @@ class Decisions:
         reduced = {seq: (message, tokens[seq]) for seq, message in self.overrides.items()}
         return {**dict.fromkeys(self.removed), **reduced}
 
-    def merged(self, ladder: Ladder) -> Decisions:
-        """These decisions plus what ``ladder`` decided (stats and floor unchanged)."""
-        return run_through(self.merging(ladder))
-
     def merging(self, ladder: Ladder) -> Steps[Decisions]:
-        """``merged`` as steps (``slices.py``). The merged decisions have no notice: the
-        decision that commits them makes its own (``RequestPolicy.noticed``)."""
+        """These decisions plus what ``ladder`` decided (stats and floor unchanged), as
+        steps (``slices.py``). The merged decisions have no notice: the decision that
+        commits them makes its own (``RequestPolicy.noticed``)."""
         # a message of thinking alone, its thinking left out, leaves the view
         emptied = {seq for seq, (form, _, _) in ladder.thoughtless.items() if form is None}
         removed = self.removed | ladder.removed | emptied

@@ -24,8 +24,8 @@ store can reapply it to later views.
 
 Nothing here awaits or touches the store: ``Ladder`` works on its own copy and reports
 what it decided. Every rung is a generator of steps (``slices.py``) that pauses every
-``STRIDE`` items, so a paced request can yield to the event loop inside a rung;
-``climb`` and ``apply`` run them through.
+``STRIDE`` items (``slices.walking``), so a paced request can yield to the event loop
+inside a rung; a caller runs them paced or through (``slices.run_through``).
 
 The working view is held as columns (``Rows``: arrays of seqs, tokens, groups and form
 codes, one list of messages and one of kinds), not an object per message: a compacting
@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..slices import HEAVY_STRIDE, STRIDE, Steps, chunking, run_through, walking
+from ..slices import HEAVY_STRIDE, STRIDE, Steps, chunking, walking
 from .forms import Unthought
 from .rows import (
     CALLS,
@@ -262,24 +262,16 @@ class Ladder:
 
     # -- drivers ---------------------------------------------------------------
 
-    def climb(self, start: int = 1) -> None:
-        """Ordinary path: apply rungs ``start..8`` in order until the view fits."""
-        run_through(self.climbing(start))
-
     def climbing(self, start: int = 1) -> Steps[None]:
-        """``climb`` as steps."""
+        """Ordinary path: apply rungs ``start..8`` in order until the view fits, as steps."""
         for rung in range(start, RUNG_COUNT + 1):
             if self.fits:
                 return
             yield from self.applying(rung)
             yield
 
-    def apply(self, rung: int) -> bool:
-        """Apply one rung (or continue it); return whether it changed anything."""
-        return run_through(self.applying(rung))
-
     def applying(self, rung: int) -> Steps[bool]:
-        """``apply`` as steps.
+        """Apply one rung (or continue it), as steps; whether it changed anything.
 
         A rung works oldest first and stops as soon as the view fits ``target``. What it
         may touch is frozen when it is first applied (``_Scope``); applying it again

@@ -23,9 +23,9 @@ Nothing here awaits except ``pace`` (planning work in slices, ``slices.py``) and
 deliveries (``deliver_compaction``, ``close``). The work that grows with the history is
 written as steps (``preparing``, ``stepping``, ``reducing_floor``, ``falling_back``,
 ``finalising``): the negotiator runs them through ``pace``, which yields to the event loop
-between slices; ``step`` and ``finalised`` run them without pausing. Every candidate is
-built from the request's snapshot, so a paused one stays consistent; whether the store
-moved meanwhile is the transaction's check.
+between slices (``base`` and ``ladder``, which the driver reads between them, run theirs
+through without pausing). Every candidate is built from the request's snapshot, so a
+paused one stays consistent; whether the store moved meanwhile is the transaction's check.
 """
 
 from __future__ import annotations
@@ -198,9 +198,9 @@ class Negotiable:
             self._notice = self.base.estimate - self._ladder.total
         return self._ladder
 
-    def step(self, rung: int, goal: float | None = None) -> Candidate | None:
+    def stepping(self, rung: int, goal: float | None = None) -> Steps[Candidate | None]:
         """Apply (or continue) one rung of the working ladder; the new candidate, or None
-        if nothing changed.
+        if nothing changed; as steps.
 
         ``goal`` is the most the candidate may weigh in our estimate's units, its notice
         included (the target over the calibrated count / estimate ratio): the rung works
@@ -208,10 +208,6 @@ class Negotiable:
         later call continues it from there (``exhausted`` says when it has nothing left).
         ``goal=None`` lets the rung exhaust its legal work (the existing module's rule).
         """
-        return run_through(self.stepping(rung, goal))
-
-    def stepping(self, rung: int, goal: float | None = None) -> Steps[Candidate | None]:
-        """``step`` as steps."""
         ladder = yield from self._laddered()
         before = ladder.edits
         candidate: Candidate | None = None
@@ -266,13 +262,9 @@ class Negotiable:
         merged = yield from plan.decisions.merging(ladder)
         return (yield from self._candidate(merged))
 
-    def finalised(self, candidate: Candidate, **measurement: Any) -> Candidate:
-        """``candidate`` with its ``context:compaction`` stats: the stats of the ladder
-        that produced it, plus ``measurement`` (outcome, counts, sources)."""
-        return run_through(self.finalising(candidate, **measurement))
-
     def finalising(self, candidate: Candidate, **measurement: Any) -> Steps[Candidate]:
-        """``finalised`` as steps."""
+        """``candidate`` with its ``context:compaction`` stats: the stats of the ladder
+        that produced it, plus ``measurement`` (outcome, counts, sources); as steps."""
         policy, plan = self._policy, self._plan
         rendered = yield from policy.rendering(plan, plan.decisions, copy=False)
         ladder = yield from self._laddered()
