@@ -22,16 +22,19 @@ k-th call, for every k the request reaches:
 
 from __future__ import annotations
 
+import ast
 import gc
 import math
 from collections.abc import Awaitable, Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
 
+import amplifier_module_context_simple as package
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context import store as store_module
 from amplifier_module_context_simple.context.slices import (
@@ -402,6 +405,41 @@ def steps_of(log: list[str], name: str, count: int) -> Any:
         log.append(f"{name} step")
         yield
     return name
+
+
+def step_functions() -> list[tuple[str, str]]:
+    """(module, name) of every public function or method of the runtime package that is
+    annotated to return ``Steps[...]``."""
+    root = Path(package.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if "testing" in path.relative_to(root).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.returns is not None:
+                returns = ast.unparse(node.returns)
+                if returns.startswith("Steps[") and not node.name.startswith("_"):
+                    found.append((str(path.relative_to(root)), node.name))
+    return found
+
+
+def test_a_public_step_function_is_named_with_a_gerund() -> None:
+    """docs/design.md section 8: what returns steps says so in its name (one of its words
+    ends in -ing), and no public synchronous twin runs it through beside it."""
+    found = step_functions()
+    assert len(found) >= 15, found
+    assert [f for f in found if not any(w.endswith("ing") for w in f[1].split("_"))] == []
+    names = {name for _, name in found}
+    twins = {"climb", "apply", "merged", "step", "finalised"}
+    root = Path(package.__file__).parent
+    for path in root.rglob("*.py"):
+        defined = {
+            node.name
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.FunctionDef)
+        }
+        assert not defined & twins, (path, defined & twins)
+    assert {"climbing", "applying", "merging", "stepping", "finalising"} <= names
 
 
 def trace(steps: Any, log: list[Any]) -> Any:

@@ -79,7 +79,7 @@ class Decisions:
     def merging(self, ladder: Ladder) -> Steps[Decisions]:
         """These decisions plus what ``ladder`` decided (stats and floor unchanged), as
         steps (``slices.py``). The merged decisions have no notice: the decision that
-        commits them makes its own (``RequestPolicy.noticed``)."""
+        commits them makes its own (``RequestPolicy.noticing``)."""
         # a message of thinking alone, its thinking left out, leaves the view
         emptied = {seq for seq, (form, _, _) in ladder.thoughtless.items() if form is None}
         removed = self.removed | ladder.removed | emptied

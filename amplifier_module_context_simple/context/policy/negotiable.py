@@ -136,7 +136,7 @@ class Negotiable:
         (``ContextStore._open_negotiation`` paces them)."""
         if self._base is not None:
             return
-        self._developers = yield from self._policy.developer_seqs(self._plan)
+        self._developers = yield from self._policy.finding_developers(self._plan)
         rendered = yield from self._policy.rendering(self._plan, self._plan.decisions, copy=False)
         self._plan = self._policy.based(self._plan, rendered)
         self._base = yield from self._candidate(self._plan.decisions)
@@ -150,7 +150,7 @@ class Negotiable:
 
     def _candidate(self, decisions: Decisions) -> Steps[Candidate]:
         """The notice-inclusive view under ``decisions``: the notice of new decisions is
-        made here (``RequestPolicy.noticed``), to fit the policy budget (and, while the
+        made here (``RequestPolicy.noticing``), to fit the policy budget (and, while the
         floor is reduced, the provider's limit) without making a reduced candidate larger
         than the view the negotiation started from."""
         policy, plan = self._policy, self._plan
@@ -158,7 +158,7 @@ class Negotiable:
         ceiling = min(policy.notice_ceiling(plan, rendered), self._limit)
         if decisions is not plan.decisions:
             ceiling = min(ceiling, self._base_tokens)
-            decisions = yield from policy.noticed(
+            decisions = yield from policy.noticing(
                 plan,
                 decisions,
                 before=self._base_messages,
