@@ -48,7 +48,7 @@ section 11), so every ratio to it is a lower bound of the speedup over that modu
   (levels 3, 5, 7: the per-pass precomputed estimates), 1 for the final over-budget check
   (final view). "Reaches" and
   the working list at each level come from replaying OUR ladder rung by rung on the same
-  request (``ladder_for`` + ``Ladder.apply``), a proxy for the existing module's ladder.
+  request (``ladder_for`` + ``Ladder.applying``), a proxy for the existing module's ladder.
   NOT counted (so the model is a lower bound): the existing module's whole ladder work
   (truncations, removals, stubs, level 8), the escalation gate's
   ``system_tokens + estimate(working)``, the removal pass's re-estimated return total and
@@ -199,7 +199,7 @@ async def compaction_lists(
             break
         if rung < RUNG_COUNT:  # levels 1-7: a wave baseline or a removal pass precompute
             lists.append(systems + [item.message for item in ladder.view_items()])
-        ladder.apply(rung)
+        run_through(ladder.applying(rung))
     lists.append(systems + [item.message for item in ladder.view_items()])
     return lists, ladder.level
 

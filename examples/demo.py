@@ -65,6 +65,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from amplifier_module_context_simple.context.ladder.rungs import rung_name
 from amplifier_module_context_simple.testing.thinking_oracle import PrefixLedger
 
 MEASURED_CAPABILITY = "context.measured_request_view"
@@ -427,11 +428,20 @@ def select_rows(rows: Sequence[Any], every: int, limit: int) -> list[Any]:
     return [chosen[number] for number in sorted(chosen)]
 
 
+def level_name(level: int) -> str:
+    """`` <name>`` of the rung a strategy level reached (the module's rung table), or
+    nothing for a level that names no rung."""
+    name = rung_name(level)
+    return f" {name}" if name else ""
+
+
 def outcome_cell(row: Any) -> str:
-    """Outcome/level text, with overflow markers coloured."""
+    """Outcome/level text (a level with its rung's name), with overflow markers coloured."""
     text = str(row.outcome)
-    if row.level is not None and not text.startswith("level"):
-        text += f" (L{row.level})"
+    if row.level is not None and text.startswith("level"):
+        text += level_name(row.level)
+    elif row.level is not None:
+        text += f" (L{row.level}{level_name(row.level)})"
     rejected = f"{row.rejected_tokens:,}" if row.rejected_tokens is not None else "?"
     if row.overflow == "recovered":
         text += f" [yellow]{rejected} rejected → hard-fit ok[/]"

@@ -22,6 +22,7 @@ from amplifier_module_context_simple.context.counting.estimate import (
     estimate_message,
     estimate_text,
 )
+from amplifier_module_context_simple.context.ladder.rungs import RUNGS
 from amplifier_module_context_simple.provider_rules import Dialect, check_provider_valid
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,6 +79,10 @@ def test_sample_transcript_replays_with_compactions(capsys: pytest.CaptureFixtur
     assert rows["budget source"] == "provider_defaults"
     boundary_rows = [line for line in out.splitlines() if " L" in line and " -> " in line]
     assert len(boundary_rows) == int(rows["compaction boundaries"])
+    # each boundary names its level's rung (context/ladder/rungs.py); so does the max level
+    named = {f"L{rung.number} {rung.name}" for rung in RUNGS}
+    assert all(any(f" {label}" in line for label in named) for line in boundary_rows)
+    assert rows["max level"] in {f"{rung.number} {rung.name}" for rung in RUNGS}
 
 
 def test_console_script_replays_sample_as_json() -> None:

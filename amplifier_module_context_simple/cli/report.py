@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from ..context.ladder.rungs import rung_name
 from .bill import Prices
 from .runs import RequestRecord, Run
 from .transcript import Transcript
@@ -178,7 +179,8 @@ def report_text(transcript: Transcript, runs: Sequence[Run], *, times: Path | No
     out.append(_boundaries_table([run for run in runs if run.baseline is None]))
     figures = [totals(run) for run in runs]
     summary = [
-        [title, *(spec.format(t[key]) for t in figures)] for title, key, spec in SUMMARY_ROWS
+        [title, *(_summary_cell(key, spec, t[key]) for t in figures)]
+        for title, key, spec in SUMMARY_ROWS
     ]
     out += ["", "summary", format_table(["", *(run.name for run in runs)], summary)]
     if runs:
@@ -197,6 +199,20 @@ def report_text(transcript: Transcript, runs: Sequence[Run], *, times: Path | No
             f"thinking: {THINKING_MODEL}",
         ]
     return "\n".join(out)
+
+
+def _summary_cell(key: str, spec: str, value: Any) -> str:
+    """A summary table cell; a level with its rung's name (``rungs.RUNGS``)."""
+    text = spec.format(value)
+    if key == "max_level" and rung_name(value):
+        text += f" {rung_name(value)}"
+    return text
+
+
+def _level(level: int) -> str:
+    """``L<level>`` and the rung's short name (``rungs.RUNGS``), as the reports print it."""
+    name = rung_name(level)
+    return f"L{level} {name}" if name else f"L{level}"
 
 
 def _boundaries_table(module_runs: Sequence[Run]) -> str:
@@ -221,7 +237,7 @@ def _boundary_cells(stats: dict[str, Any] | None) -> list[str]:
     """A run's three cells of a boundary row: blank when it did not compact there."""
     if stats is None:
         return ["", "", ""]
-    level = f"L{stats['strategy_level']}" + (" floor" if stats.get("floor_tokens") else "")
+    level = _level(stats["strategy_level"]) + (" floor" if stats.get("floor_tokens") else "")
     return [
         level,
         _arrow(stats["before_tokens"], stats["after_tokens"]),

@@ -4,7 +4,10 @@ A host that serves many sessions runs them on one event loop. The work of a requ
 grows with the history (rendering a view, building and climbing the ladder, the stats of a
 compaction) is plain synchronous code, written as a *generator of steps*: it ``yield``s
 (nothing) at points where it may pause, every ``STRIDE`` items of a loop and between
-phases, and ``return``s its result. Nothing in a step awaits, and a step never changes the
+phases, and ``return``s its result. A long loop is written with one of two helpers, which
+own its pause points: ``walking`` (an action per item, a pause every ``stride`` items,
+stopped and resumed at an item) and ``chunking`` (an action per chunk of a list, a pause
+after each). Nothing in a step awaits, and a step never changes the
 store: it reads the request's snapshot and builds private state (caches excepted, which
 are keyed so a stale plan cannot poison them). So the same code runs
 
@@ -36,21 +39,25 @@ dropped (and the lock released), since nothing it built was the store's yet.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from typing import Final, TypeVar
 
 import anyio
 import anyio.lowlevel
 
 __all__ = (
+    "CHUNK",
     "HEAVY_STRIDE",
+    "LIGHT_CHUNK",
     "QUEUED_SLICE_SECONDS",
     "SLICE_SECONDS",
     "STRIDE",
     "Pacer",
     "Steps",
+    "chunking",
     "planning_lock",
     "run_through",
+    "walking",
     "yield_to_the_loop",
 )
 
@@ -72,6 +79,13 @@ STRIDE: Final = 64
 HEAVY_STRIDE: Final = 16
 """Items between two pause points in a loop that may compute a reduced form, or a call's
 facts, for each (tens of microseconds apiece)."""
+
+CHUNK: Final = 8 * STRIDE
+"""Items a cheap whole-list pass (a filter, an index, a merge) handles between two pause
+points."""
+
+LIGHT_CHUNK: Final = 16 * STRIDE
+"""Items copied, or merely looked at, between two pause points."""
 
 _LOCK: anyio.lowlevel.RunVar[anyio.Lock] = anyio.lowlevel.RunVar("context_simple_planning")
 
@@ -103,6 +117,54 @@ def run_through(steps: Steps[T]) -> T:
             next(steps)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+
+def walking(
+    items: Iterable[T],
+    act: Callable[[T], object],
+    *,
+    stride: int = STRIDE,
+    start: int = 0,
+) -> Steps[int | None]:
+    """``act`` on each item of ``items``, in order, from index ``start`` on (``items`` must
+    then be a sequence), pausing before every ``stride``-th item, as steps.
+
+    The walk stops at the first item ``act`` returns a true value for, and that item counts
+    as not done: the result is its index, where a later walk resumes (``start``), or None
+    when the walk went through. The pause points are counted from the beginning of
+    ``items``, not from ``start`` (before each item whose index is ``stride - 1`` modulo
+    ``stride``): a walk resumed where it stopped pauses where the whole walk would have.
+    """
+    if start:
+        if not isinstance(items, Sequence):
+            raise TypeError("a walk resumed at an index needs a sequence")
+        items = map(items.__getitem__, range(start, len(items)))
+    last = stride - 1
+    for index, item in enumerate(items, start):
+        if index % stride == last:
+            yield
+        if act(item):
+            return index
+    return None
+
+
+def chunking(
+    items: Sequence[T],
+    act: Callable[[Sequence[T], int], object],
+    *,
+    size: int = CHUNK,
+    start: int = 0,
+    between: bool = False,
+) -> Steps[None]:
+    """``act(chunk, offset)`` on ``items[start:]`` in chunks of ``size`` items (``offset``:
+    the index of the chunk's first item), pausing after each chunk (``between``: only
+    between two chunks), as steps."""
+    for offset in range(start, len(items), size):
+        if between and offset > start:
+            yield
+        act(items[offset : offset + size], offset)
+        if not between:
+            yield
 
 
 class Pacer:

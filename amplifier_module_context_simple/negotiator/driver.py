@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from ..context.policy.negotiable import Candidate, Negotiable
+from ..context.policy.negotiable import FLOOR_RUNG, Candidate, Negotiable
 from ..errors import ProviderLimitError
 from .envelopes import (
     Attempt,
@@ -71,9 +71,6 @@ FLOOR_COUNTS: Final = 3
 
 SKIP_MARGIN: Final = 0.10
 """Skip counting a rung only when its calibrated prediction exceeds target by this much."""
-
-FLOOR_RUNG: Final = 9
-"""The ``rung`` an error reports once the protected floor itself was reduced."""
 
 CANNOT_FIT: Final = "Context cannot fit protected content within the provider input limit"
 

@@ -22,6 +22,7 @@ from amplifier_module_context_simple.context.counting.estimate import estimate_m
 from amplifier_module_context_simple.context.history.history import History
 from amplifier_module_context_simple.context.ladder.decisions import Decisions
 from amplifier_module_context_simple.context.ladder.forms import truncated_form
+from amplifier_module_context_simple.context.slices import run_through
 from benchmarks import histories
 from tests.context.test_ladder import RESULT_SEQS, eight_results, ladder_of
 from tests.realdata import conversations
@@ -163,13 +164,13 @@ def test_a_rung_keeps_no_form_of_a_message_a_later_rung_removes() -> None:
     ladder has made no form at all, and the merge makes exactly the forms of the results
     still shown, equal to the truncations the rungs measured."""
     ladder = ladder_of(eight_results(), protected_tool_results=1)
-    assert ladder.apply(1) and ladder.apply(2)
+    assert run_through(ladder.applying(1)) and run_through(ladder.applying(2))
     assert ladder.truncated == set(RESULT_SEQS[0:4])
     for rung in (3, 5, 7):
-        ladder.apply(rung)
+        run_through(ladder.applying(rung))
     assert ladder.removed & set(RESULT_SEQS[0:4]), "a removal pass must remove some"
     assert ladder._reduced == {}, "a rung made a form it keeps"
-    merged = Decisions().merged(ladder)
+    merged = run_through(Decisions().merging(ladder))
     assert set(merged.overrides) == ladder.truncated | ladder.stubbed
     assert set(ladder._reduced) == set(merged.overrides)
     shown = {item.seq: item for item in ladder.view_items()}

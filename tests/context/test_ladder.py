@@ -24,6 +24,7 @@ from amplifier_module_context_simple.context.history.history import History
 from amplifier_module_context_simple.context.ladder.forms import stubbed_form, truncated_form
 from amplifier_module_context_simple.context.ladder.ladder import Ladder, LadderParams
 from amplifier_module_context_simple.context.ladder.rows import Item, Rows
+from amplifier_module_context_simple.context.slices import run_through
 from amplifier_module_context_simple.testing import (
     RecordingHooks,
     check_view_invariants,
@@ -547,12 +548,12 @@ def test_rungs_one_two_four_six_truncate_successive_quarters() -> None:
     """Rungs 1, 2 and 4 truncate the 1st, 2nd and 3rd quarter of results; rung 6 the
     rest except the protected last ones; a rung with nothing left to do is a no-op."""
     ladder = ladder_of(eight_results(), protected_tool_results=1)
-    assert ladder.apply(1) and ladder.truncated == set(RESULT_SEQS[0:2])
-    assert not ladder.apply(1), "repeating a rung must change nothing"
-    assert ladder.apply(2) and ladder.truncated == set(RESULT_SEQS[0:4])
-    assert ladder.apply(4) and ladder.truncated == set(RESULT_SEQS[0:6])
-    assert ladder.apply(6) and ladder.truncated == set(RESULT_SEQS[0:7])
-    assert not ladder.apply(6)
+    assert run_through(ladder.applying(1)) and ladder.truncated == set(RESULT_SEQS[0:2])
+    assert not run_through(ladder.applying(1)), "repeating a rung must change nothing"
+    assert run_through(ladder.applying(2)) and ladder.truncated == set(RESULT_SEQS[0:4])
+    assert run_through(ladder.applying(4)) and ladder.truncated == set(RESULT_SEQS[0:6])
+    assert run_through(ladder.applying(6)) and ladder.truncated == set(RESULT_SEQS[0:7])
+    assert not run_through(ladder.applying(6))
     assert ladder.level == 6 and not ladder.removed and not ladder.stubbed
     assert ladder.total == sum(item.tokens for item in ladder.view_items())
 
@@ -564,7 +565,7 @@ def test_waves_stop_as_soon_as_the_target_is_met() -> None:
     form = truncated_form(first.message, first.tokens, 20)
     assert form is not None
     ladder.target = ladder.total - (first.tokens - form[1])
-    ladder.climb()
+    run_through(ladder.climbing())
     assert ladder.truncated == {RESULT_SEQS[0]} and ladder.level == 1 and ladder.fits
 
 
@@ -573,13 +574,13 @@ def test_removal_rungs_remove_whole_groups_outside_the_recent_window() -> None:
     are not removed; the first and last human prompts stay."""
     messages = eight_results()
     ladder = ladder_of(messages, protected_recent=1.0)
-    assert not ladder.apply(3), "protected_recent=1.0 protects everything at rung 3"
-    assert ladder.apply(5)
+    assert not run_through(ladder.applying(3)), "protected_recent=1.0 protects everything at rung 3"
+    assert run_through(ladder.applying(5))
     removed_at_5 = set(ladder.removed)
     assert removed_at_5 and all(
         seq % 2 == 1 and seq + 1 in removed_at_5 for seq in removed_at_5 if seq % 2 == 1
     )
-    assert ladder.apply(7) and ladder.removed > removed_at_5
+    assert run_through(ladder.applying(7)) and ladder.removed > removed_at_5
     kept = {item.seq for item in ladder.view_items()}
     assert {0, len(messages) - 1} <= kept
     for seq in ladder.removed:
@@ -592,12 +593,12 @@ def test_a_removed_item_releases_its_reduced_form() -> None:
     ladder keeps its truncated form alive (the wave's scope still lists the item, and a
     long session's removed forms were megabytes of text held to the end of the request)."""
     ladder = ladder_of(eight_results(), protected_tool_results=1)
-    assert ladder.apply(1) and ladder.apply(2)
+    assert run_through(ladder.applying(1)) and run_through(ladder.applying(2))
     # (view_items makes the forms, and the ladder keeps them from then on, as for a merge)
     forms = {item.seq: item.message for item in ladder.view_items() if item.form == "truncated"}
     assert set(forms) == set(RESULT_SEQS[0:4])
     for rung in (3, 5, 7):
-        ladder.apply(rung)
+        run_through(ladder.applying(rung))
     gone = set(forms) & ladder.removed
     assert gone, "the removal passes must remove some truncated results"
     for seq in gone:
@@ -613,7 +614,7 @@ def test_removal_skips_incomplete_and_protected_groups() -> None:
     messages += [calls("openai", ["d"]), *results("openai", {"d": LOG * 20}), human("last")]
     ladder = ladder_of(messages, protected=frozenset({4}))
     for rung in range(1, 9):
-        ladder.apply(rung)
+        run_through(ladder.applying(rung))
     assert ladder.removed == {5, 6}
     assert {1, 2, 3, 4} <= {item.seq for item in ladder.view_items()}
 
@@ -632,7 +633,7 @@ def test_rung_eight_stubs_machine_turns_then_drops_old_stubs() -> None:
         {"role": "user", "content": "newest reminder " + PROSE * 3, "metadata": reminder},
     ]
     ladder = ladder_of(messages, protected=frozenset({3}), protected_recent=1.0)
-    assert ladder.apply(8)
+    assert run_through(ladder.applying(8))
     assert ladder.stubbed | ladder.removed == {0, 2}
     assert 4 not in ladder.stubbed and 6 not in ladder.stubbed
     assert {1, 3, 4, 5, 6} <= {item.seq for item in ladder.view_items()}
@@ -650,8 +651,8 @@ def test_rung_eight_never_drops_the_last_user_turn_stubbed_by_an_earlier_rung() 
         {"role": "user", "content": "newest hook note " + PROSE * 3, "metadata": note},
     ]
     ladder = ladder_of(messages, protected_recent=0.0)
-    assert ladder.apply(3) and ladder.stubbed == {1, 3}
-    assert ladder.apply(8)
+    assert run_through(ladder.applying(3)) and ladder.stubbed == {1, 3}
+    assert run_through(ladder.applying(8))
     assert ladder.removed == {1}
 
 
@@ -660,7 +661,7 @@ def test_unknown_rung_is_rejected() -> None:
     ladder = ladder_of(eight_results())
     for rung in (0, 9):
         with pytest.raises(ValueError, match="rung"):
-            ladder.apply(rung)
+            run_through(ladder.applying(rung))
 
 
 def level_walk_history() -> list[dict[str, Any]]:

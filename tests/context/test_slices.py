@@ -22,23 +22,28 @@ k-th call, for every k the request reaches:
 
 from __future__ import annotations
 
+import ast
 import gc
 import math
 from collections.abc import Awaitable, Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
 
+import amplifier_module_context_simple as package
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context import store as store_module
 from amplifier_module_context_simple.context.slices import (
     QUEUED_SLICE_SECONDS,
     Pacer,
+    chunking,
     planning_lock,
     run_through,
+    walking,
 )
 from amplifier_module_context_simple.errors import (
     RetainedContentMissingError,
@@ -400,6 +405,92 @@ def steps_of(log: list[str], name: str, count: int) -> Any:
         log.append(f"{name} step")
         yield
     return name
+
+
+def step_functions() -> list[tuple[str, str]]:
+    """(module, name) of every public function or method of the runtime package that is
+    annotated to return ``Steps[...]``."""
+    root = Path(package.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if "testing" in path.relative_to(root).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.returns is not None:
+                returns = ast.unparse(node.returns)
+                if returns.startswith("Steps[") and not node.name.startswith("_"):
+                    found.append((str(path.relative_to(root)), node.name))
+    return found
+
+
+def test_a_public_step_function_is_named_with_a_gerund() -> None:
+    """docs/design.md section 8: what returns steps says so in its name (one of its words
+    ends in -ing), and no public synchronous twin runs it through beside it."""
+    found = step_functions()
+    assert len(found) >= 15, found
+    assert [f for f in found if not any(w.endswith("ing") for w in f[1].split("_"))] == []
+    names = {name for _, name in found}
+    twins = {"climb", "apply", "merged", "step", "finalised"}
+    root = Path(package.__file__).parent
+    for path in root.rglob("*.py"):
+        defined = {
+            node.name
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.FunctionDef)
+        }
+        assert not defined & twins, (path, defined & twins)
+    assert {"climbing", "applying", "merging", "stepping", "finalising"} <= names
+
+
+def trace(steps: Any, log: list[Any]) -> Any:
+    """Run ``steps`` through, logging a ``"pause"`` at each pause point; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+        log.append("pause")
+
+
+def test_a_walk_pauses_before_every_stride_th_item_and_resumes_where_it_stopped() -> None:
+    log: list[Any] = []
+    assert trace(walking(range(10), log.append, stride=4), log) is None
+    assert log == [0, 1, 2, "pause", 3, 4, 5, 6, "pause", 7, 8, 9]
+    # stopped at the first item act returns true for (not done), then resumed there: the
+    # pause points are where the whole walk has them
+    log.clear()
+    stop = {5}
+
+    def act(item: int) -> bool:
+        if item in stop:
+            return True
+        log.append(item)
+        return False
+
+    assert trace(walking(list(range(10)), act, stride=4), log) == 5
+    stop.clear()
+    assert trace(walking(list(range(10)), act, stride=4, start=5), log) is None
+    assert log == [0, 1, 2, "pause", 3, 4, 5, 6, "pause", 7, 8, 9]
+    # any iterable from the start; a resumed walk needs a sequence
+    log.clear()
+    assert trace(walking(iter("abc"), log.append, stride=2), log) is None
+    assert log == ["a", "pause", "b", "c"]
+    with pytest.raises(TypeError, match="sequence"):
+        run_through(walking(iter("abc"), log.append, start=1))
+
+
+def test_chunking_pauses_after_each_chunk_or_only_between_them() -> None:
+    log: list[Any] = []
+    assert (
+        trace(chunking(list(range(7)), lambda c, o: log.append((list(c), o)), size=3), log) is None
+    )
+    assert log == [([0, 1, 2], 0), "pause", ([3, 4, 5], 3), "pause", ([6], 6), "pause"]
+    log.clear()
+    steps = chunking(
+        list(range(7)), lambda c, o: log.append((list(c), o)), size=3, start=1, between=True
+    )
+    assert trace(steps, log) is None
+    assert log == [([1, 2, 3], 1), "pause", ([4, 5, 6], 4)]
 
 
 async def test_run_through_and_a_zero_budget_pacer_reach_every_pause_point(

@@ -21,6 +21,7 @@ from amplifier_module_context_simple.context.history.classify import classify
 from amplifier_module_context_simple.context.ladder.decisions import Decisions
 from amplifier_module_context_simple.context.ladder.ladder import Ladder, LadderParams
 from amplifier_module_context_simple.context.ladder.rows import Item, Rows
+from amplifier_module_context_simple.context.slices import run_through
 from amplifier_module_context_simple.testing import (
     RecordingHooks,
     check_view_invariants,
@@ -331,7 +332,7 @@ def test_removal_supersedes_reduced_forms() -> None:
     ladder.removed.add(1)
     ladder.truncated.add(3)
     ladder.level = 1
-    merged = start.merged(ladder)
+    merged = run_through(start.merging(ladder))
     assert merged.removed == {1} and merged.truncated == {2, 3}
     assert 1 not in merged.overrides and 1 not in merged.override_tokens
     assert (merged.overrides[3], merged.override_tokens[3]) == reduced

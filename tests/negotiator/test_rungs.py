@@ -22,6 +22,7 @@ import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.ladder.ladder import Ladder
+from amplifier_module_context_simple.context.slices import run_through
 from amplifier_module_context_simple.negotiator.driver import MAX_COUNTS, negotiate
 from amplifier_module_context_simple.testing import check_view_invariants, strip_notice
 from tests.context.strategies import calls, results
@@ -354,7 +355,7 @@ def pieces(ladder: Ladder, rung: int, step: int) -> Iterator[None]:
     time, until it is exhausted; yield after each piece."""
     while not ladder.exhausted(rung):
         ladder.target = ladder.total - step
-        ladder.apply(rung)
+        run_through(ladder.applying(rung))
         yield
 
 
@@ -367,7 +368,7 @@ def test_a_rung_applied_in_pieces_touches_a_prefix_of_the_whole_rung(
     so far is a prefix (oldest first) of what the whole rung touches, and it ends equal."""
     whole = fresh()
     whole_log = touches(whole, monkeypatch)
-    whole.apply(rung)
+    run_through(whole.applying(rung))
     assert whole_log, f"rung {rung} has work in this history"
     split = fresh()
     split_log = touches(split, monkeypatch)
@@ -392,13 +393,13 @@ def test_a_continued_removal_pass_keeps_the_window_of_its_first_application() ->
     items = whole.view_items()
     window = {item.seq for item in items[len(items) // 2 :]}
     before = whole.total
-    whole.apply(3)
+    run_through(whole.applying(3))
     split = fresh()
     split.target = before - (before - whole.total) // 2
-    split.apply(3)
+    run_through(split.applying(3))
     assert 0 < len(split.removed) < len(whole.removed) and not split.exhausted(3)
     split.target = -1
-    split.apply(3)
+    run_through(split.applying(3))
     assert split.exhausted(3) and split.removed == whole.removed
     assert not split.removed & window
 
@@ -419,16 +420,16 @@ def test_a_continued_rung_eight_keeps_its_boundary() -> None:
     (70% of the view here). Continued after some drops, it drops exactly what it drops
     applied whole; a boundary recomputed on the shrunk view would reach further."""
     whole = ladder_of(notes(20), protected_recent=1.0)
-    whole.apply(8)
+    run_through(whole.applying(8))
     split = ladder_of(notes(20), protected_recent=1.0)
     while not split.exhausted(8):
         split.target = split.total - 1  # one reduction per piece
-        split.apply(8)
+        run_through(split.applying(8))
     assert whole.removed and split.removed == whole.removed
     assert len(whole.removed) < 20 and split.stubbed == whole.stubbed
 
 
 def test_applying_an_exhausted_rung_changes_nothing() -> None:
     ladder = fresh()
-    assert ladder.apply(1) and ladder.exhausted(1)
-    assert not ladder.apply(1)
+    assert run_through(ladder.applying(1)) and ladder.exhausted(1)
+    assert not run_through(ladder.applying(1))

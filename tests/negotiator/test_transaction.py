@@ -27,6 +27,7 @@ import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.policy.negotiable import Candidate, Negotiable
+from amplifier_module_context_simple.context.slices import run_through
 from amplifier_module_context_simple.errors import (
     TransactionConflictError,
     TransactionStateError,
@@ -121,10 +122,10 @@ PATHS: dict[TxnState, list[str]] = {
 async def setup_in(state: TxnState) -> Setup:
     store = await admitted_store()
     seam = await store._open_negotiation(None, [])
-    reduced = [c for rung in seam.rungs if (c := seam.step(rung)) is not None]
+    reduced = [c for rung in seam.rungs if (c := run_through(seam.stepping(rung))) is not None]
     assert len(reduced) >= 2, "the history must give two distinct reductions"
     first, other = reduced[0], reduced[1]
-    final = seam.finalised(first, outcome="target_reached")
+    final = run_through(seam.finalising(first, outcome="target_reached"))
     assert final.stats is not None
     machine = _Machine(seam)
     assert machine.state is S.STAGED and machine.staged is seam.base
@@ -250,7 +251,7 @@ async def _clear(store: SimpleContextManager) -> None:
 async def _another_commit(store: SimpleContextManager) -> None:
     """Another request commits first (the version moves; the history is the same)."""
     seam = await store._open_negotiation(None, [])
-    reduced = next(c for rung in seam.rungs if (c := seam.step(rung)) is not None)
+    reduced = next(c for rung in seam.rungs if (c := run_through(seam.stepping(rung))) is not None)
     seam.claim_commit()(reduced)  # as its transaction would
 
 

@@ -50,6 +50,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from amplifier_module_context_simple import ContextLengthError, SimpleContextManager
 from amplifier_module_context_simple.context.ladder.decisions import Decisions
 from amplifier_module_context_simple.context.policy.negotiable import Candidate
+from amplifier_module_context_simple.context.slices import run_through
 from amplifier_module_context_simple.errors import (
     TransactionConflictError,
     TransactionStateError,
@@ -626,8 +627,10 @@ class StoreMachine(RuleBasedStateMachine):
     def begin(self) -> None:
         """Plan a request on the store as it is now; its candidates are real reductions."""
         seam = self.portal.call(self.manager._open_negotiation, None, [])
-        reduced = [c for rung in seam.rungs if (c := seam.step(rung)) is not None]
-        finalised = [seam.finalised(c, outcome="target_reached") for c in reduced[-2:]]
+        reduced = [c for rung in seam.rungs if (c := run_through(seam.stepping(rung))) is not None]
+        finalised = [
+            run_through(seam.finalising(c, outcome="target_reached")) for c in reduced[-2:]
+        ]
         machine = _Machine(seam)
         model = ModelTxn(S.STAGED, seam.base, seam.base, self.model.version)
         candidates = [seam.base, *reduced, *finalised]

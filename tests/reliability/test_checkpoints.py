@@ -20,6 +20,7 @@ import trio
 import trio.testing
 
 from amplifier_module_context_simple import SimpleContextManager
+from amplifier_module_context_simple.context.slices import run_through
 from amplifier_module_context_simple.negotiator.transaction import (
     TERMINAL,
     RequestTransaction,
@@ -60,7 +61,9 @@ async def test_the_synchronous_transaction_api_never_checkpoints(anyio_backend: 
     finishing = await manager._open_negotiation(None, [])
     with trio.testing.assert_no_checkpoints():
         # a fresh machine walked through every legal non-terminal event, staging on the way
-        candidates = [c for rung in seam.rungs if (c := seam.step(rung)) is not None]
+        candidates = [
+            c for rung in seam.rungs if (c := run_through(seam.stepping(rung))) is not None
+        ]
         assert candidates
         machine = _Machine(seam)
         machine.counting()
@@ -72,7 +75,7 @@ async def test_the_synchronous_transaction_api_never_checkpoints(anyio_backend: 
         machine.fitting()
         machine.no_fit()
         machine.fitting()
-        machine.fitted(seam.finalised(candidates[-1], outcome="reduced_output"))
+        machine.fitted(run_through(seam.finalising(candidates[-1], outcome="reduced_output")))
         assert machine.state is TxnState.READY and machine.has_changes
         assert machine.state not in TERMINAL
         other = _Machine(finishing)

@@ -25,15 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..slices import HEAVY_STRIDE, STRIDE, Steps, run_through
+from ..slices import CHUNK, HEAVY_STRIDE, Steps, walking
 from ..stats import CompactionStats
 from .ladder import Ladder
 from .rows import Form
 
 __all__ = ("Decisions",)
-
-_CHUNK = 8 * STRIDE
-"""Entries merged between two pause points."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +76,10 @@ class Decisions:
         reduced = {seq: (message, tokens[seq]) for seq, message in self.overrides.items()}
         return {**dict.fromkeys(self.removed), **reduced}
 
-    def merged(self, ladder: Ladder) -> Decisions:
-        """These decisions plus what ``ladder`` decided (stats and floor unchanged)."""
-        return run_through(self.merging(ladder))
-
     def merging(self, ladder: Ladder) -> Steps[Decisions]:
-        """``merged`` as steps (``slices.py``). The merged decisions have no notice: the
-        decision that commits them makes its own (``RequestPolicy.noticed``)."""
+        """These decisions plus what ``ladder`` decided (stats and floor unchanged), as
+        steps (``slices.py``). The merged decisions have no notice: the decision that
+        commits them makes its own (``RequestPolicy.noticing``)."""
         # a message of thinking alone, its thinking left out, leaves the view
         emptied = {seq for seq, (form, _, _) in ladder.thoughtless.items() if form is None}
         removed = self.removed | ladder.removed | emptied
@@ -98,18 +92,21 @@ class Decisions:
         yield
         overrides: dict[int, dict[str, Any]] = {}
         override_tokens: dict[int, int] = {}
-        for index, (seq, message) in enumerate(self.overrides.items()):
-            if index % _CHUNK == _CHUNK - 1:
-                yield
+
+        def keep(entry: tuple[int, dict[str, Any]]) -> None:
+            seq, message = entry
             if seq not in ladder.removed:
                 overrides[seq] = message
                 override_tokens[seq] = self.override_tokens[seq]
-        # (a form may be made here, tens of microseconds apiece: ``Ladder._form``)
-        for index, (seq, message, tokens) in enumerate(ladder.reduced_forms()):
-            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
-                yield
+
+        def take(reduced: tuple[int, dict[str, Any], int]) -> None:
+            seq, message, tokens = reduced
             overrides[seq] = message
             override_tokens[seq] = tokens
+
+        yield from walking(self.overrides.items(), keep, stride=CHUNK)
+        # (a form may be made here, tens of microseconds apiece: ``Ladder._form``)
+        yield from walking(ladder.reduced_forms(), take, stride=HEAVY_STRIDE)
         for seq, (form, tokens, _) in ladder.thoughtless.items():
             if form is not None:
                 overrides[seq] = form

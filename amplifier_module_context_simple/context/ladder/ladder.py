@@ -1,19 +1,8 @@
-"""The eight-level compaction ladder, over an immutable snapshot of the working view.
+"""The compaction ladder, over an immutable snapshot of the working view.
 
-The same eight rungs serve both paths:
-
-====  ==========================================================================
-rung  what it does
-====  ==========================================================================
-1     truncate the oldest quarter of tool results
-2     truncate the second quarter
-3     removal pass protecting the most recent ``protected_recent`` of messages
-4     truncate the third quarter (positions recomputed on the shrunk view)
-5     removal pass protecting ``protected_recent * 0.6``
-6     truncate every unprotected tool result
-7     removal pass protecting ``protected_recent * 0.3``
-8     stub machine-written user envelopes, then drop old stubs
-====  ==========================================================================
+The same rungs serve both paths. What each rung does is one table, ``rungs.RUNGS``
+(docs/design.md section 4.1 shows it): this module dispatches on a rung's action and reads
+its share from there.
 
 Every rung works oldest first and stops as soon as the view fits ``target``. The ordinary
 path climbs rung by rung to its target. The negotiated path applies one rung at a time
@@ -35,42 +24,32 @@ store can reapply it to later views.
 
 Nothing here awaits or touches the store: ``Ladder`` works on its own copy and reports
 what it decided. Every rung is a generator of steps (``slices.py``) that pauses every
-``STRIDE`` items, so a paced request can yield to the event loop inside a rung;
-``climb`` and ``apply`` run them through.
+``STRIDE`` items (``slices.walking``), so a paced request can yield to the event loop
+inside a rung; a caller runs them paced or through (``slices.run_through``).
 
-The working view is held as columns (``Rows``: arrays of seqs, tokens, groups and form
-codes, one list of messages and one of kinds), not an object per message: a compacting
-request at 16k messages used to allocate 16k ladder items and a list per tool group, all
-tracked by the cyclic collector and alive for the whole request, which made the
-collector's full passes during a compaction twice as long as over the history alone. A
-rung's scope is an array of row numbers; the tool groups are one flat array of rows with
-int offsets (``Groups``). ``Item`` is a record built on access (``Ladder.view_items``),
-for tests and diagnostics.
+The working view and the mutations every reduction makes (replace, drop, stub, the
+thinking cut) are ``WorkingView`` (``working.py``); a ``Ladder`` is one with the rungs and
+the floor reduction on top.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
 
-from ..slices import HEAVY_STRIDE, STRIDE, Steps, run_through
+from ..slices import HEAVY_STRIDE, STRIDE, Steps, walking
 from .forms import Unthought
 from .rows import (
-    CALLS,
-    FORM_NAMES,
     FULL,
     PROTECTED,
-    REMOVED,
     RESULTS,
     STUBBED,
     TRUNCATED,
-    Form,
     Groups,
-    Item,
-    Rows,
 )
+from .rungs import ENVELOPES, RUNG_COUNT, RUNGS, TRUNCATE
+from .working import LadderParams, WorkingView
 
 __all__ = (
     "RUNG_COUNT",
@@ -78,19 +57,6 @@ __all__ = (
     "LadderParams",
     "Unthought",
 )
-
-
-Reduce = Callable[[int], Form | None]
-"""``(seq) -> Form | None``: a reduced form of the message with that seq, if it shrinks it."""
-
-RUNG_COUNT: Final = 8
-
-_CHUNK: Final = 8 * STRIDE
-"""Items a cheap whole-list pass (a filter, an index) handles between two pause points."""
-
-_DROPPED: Final[dict[str, Any]] = {}
-"""The message of a removed row: nothing shows it, and a scope that still lists the row
-must not keep its reduced form alive (``Ladder._drop``)."""
 
 
 @dataclass(slots=True)
@@ -127,174 +93,26 @@ _Phase = tuple[Callable[[_Scope], Steps[None]], Callable[[_Scope], Steps[bool]]]
 """A rung's phase: prepare its scope (once), then run it (True: it went through it all)."""
 
 
-@dataclass(frozen=True, slots=True)
-class LadderParams:
-    protected_recent: float
-    protected_tool_results: int
-
-
 @dataclass(slots=True)
-class Ladder:
-    """Mutable working state of one compaction run (local to the run).
+class Ladder(WorkingView):
+    """One compaction run: the rungs and the floor reduction over its working view
+    (``WorkingView``: the fields, listed there, and the mutations)."""
 
-    Args:
-        rows: the working view without system messages, sticky decisions applied.
-        total: tokens of the whole view including system messages.
-        target: stop when ``total <= target``; a negative target exhausts every rung.
-        protected: seqs that must stay complete (request-protected, developer, ...).
-        incomplete_groups: group ids with an unanswered call (never removable).
-        truncate: ``(seq) -> Form | None``, the truncated form if it shrinks the message.
-        stub: ``(seq) -> Form | None``, the stubbed form if it shrinks the message.
-    """
-
-    rows: Rows
-    total: int
-    target: int
-    protected: frozenset[int]
-    incomplete_groups: frozenset[int]
-    params: LadderParams
-    truncate: Reduce
-    stub: Reduce
-    level: int = 0
-    removed: set[int] = field(default_factory=set)
-    truncated: set[int] = field(default_factory=set)
-    stubbed: set[int] = field(default_factory=set)
-    truncate_protected: Reduce | None = None
-    """``(seq) -> Form | None``: the marked truncated form of a protected tool result,
-    used only by ``reducing_floor``."""
-    floor_truncated: set[int] = field(default_factory=set)
-    """Protected tool results ``reducing_floor`` truncated."""
-    floor_removed: int = 0
-    """Messages ``reducing_floor`` removed or stubbed."""
-    unthink: Callable[[dict[str, Any]], Unthought | None] | None = None
-    """With preserved thinking: a message without its thinking blocks, if it has any. The
-    thinking of every row from the first one this ladder changes is left out (its prefix
-    changed: the provider would reject it); None keeps all thinking."""
-    notice_row: int | None = None
-    """The row the committed notice precedes: a change anywhere moves the notice, so the
-    first change is there at the latest."""
-    cut: int = -1
-    """The first row this ladder changed (the number of rows while it changed none)."""
-    thoughtless: dict[int, tuple[dict[str, Any] | None, int, int]] = field(default_factory=dict)
-    """Seq -> (form, estimate, thinking blocks left out) of each message this ladder shows
-    without its thinking (form None: the message is left out)."""
-    edits: int = 0
-    """Reductions made so far (a removal that supersedes a reduced form counts too)."""
-    live: array[int] = field(init=False)
-    """The rows still in the view, in view order (positions index this)."""
-    _reduced: dict[int, dict[str, Any]] = field(default_factory=dict)
-    """Seq -> the reduced message of a message this ladder reduced and still shows, once
-    a merge (or ``view_items``) asked for it; shared with the decisions from then on.
-
-    A rung keeps only a reduced message's estimate: its form is made again when the
-    decisions take it (``_form``). A compacting request at 16k messages truncates
-    thousands of old results that a later rung of the same request removes; kept, their
-    forms (three tracked objects each) lived through the request's collections and grew
-    each full pass that fell inside it, for nothing."""
     _scopes: dict[int, _Scope] = field(default_factory=dict)
     """Each applied rung's frozen scope and progress."""
 
-    def __post_init__(self) -> None:
-        self.live = array("q", range(len(self.rows)))
-        self.cut = len(self.rows)
-
-    @property
-    def fits(self) -> bool:
-        return self.total <= self.target
-
-    @property
-    def changes(self) -> int:
-        return len(self.removed) + len(self.truncated) + len(self.stubbed)
-
-    @property
-    def count(self) -> int:
-        """Messages left in the view (system messages excepted)."""
-        return len(self.live)
-
-    @property
-    def synthesized(self) -> int:
-        """Synthesized results the view shows with the calls left in it."""
-        form = self.rows.form
-        return sum(n for row, n in self.rows.synthesized.items() if form[row] != REMOVED)
-
-    def reduced_forms(self) -> Iterator[tuple[int, dict[str, Any], int]]:
-        """``(seq, message, tokens)`` of every message this ladder truncated or stubbed
-        and still shows, in view order: its reduced message and that message's estimate."""
-        rows, truncated, stubbed = self.rows, self.truncated, self.stubbed
-        seqs, tokens = rows.seq, rows.tokens
-        for row in self.live:
-            seq = seqs[row]
-            if seq in truncated or seq in stubbed:
-                yield seq, self._form(row), tokens[row]
-
-    def _form(self, row: int) -> dict[str, Any]:
-        """The reduced message at ``row``, made again by the reduction that made it (the
-        reductions are pure functions of the admitted message) and kept from then on; the
-        row's message when none is known."""
-        rows = self.rows
-        seq = rows.seq[row]
-        message = self._reduced.get(seq)
-        if message is not None:
-            return message
-        code = rows.form[row]
-        make = {TRUNCATED: self.truncate, STUBBED: self.stub, PROTECTED: self.truncate_protected}
-        reduce = make.get(code)
-        form = None if reduce is None else reduce(seq)
-        if form is None:  # (a row given to the ladder already reduced, as tests build)
-            return rows.message[row]
-        if form[1] != rows.tokens[row]:
-            raise AssertionError(f"the reduction of seq {seq} made another form the second time")
-        message = self._reduced[seq] = form[0]
-        return message
-
-    def view_items(self) -> list[Item]:
-        """The view's messages as ``Item`` records, built on access (tests, diagnostics:
-        the ladder's own work never builds them)."""
-        rows, made = self.rows, self._made
-        items = []
-        for row in self.live:
-            reduced = (self._form(row), rows.tokens[row]) if rows.seq[row] in made else None
-            items.append(
-                Item(
-                    rows.seq[row],
-                    rows.info[row],
-                    rows.message[row] if reduced is None else reduced[0],
-                    rows.tokens[row],
-                    rows.group[row],
-                    FORM_NAMES[rows.form[row]],
-                    rows.synthesized.get(row, 0),
-                    reduced,
-                    has_calls=bool(rows.flags[row] & CALLS),
-                    has_results=bool(rows.flags[row] & RESULTS),
-                )
-            )
-        return items
-
-    @property
-    def _made(self) -> set[int]:
-        """Seqs this ladder reduced and still shows."""
-        return self.truncated | self.stubbed
-
     # -- drivers ---------------------------------------------------------------
 
-    def climb(self, start: int = 1) -> None:
-        """Ordinary path: apply rungs ``start..8`` in order until the view fits."""
-        run_through(self.climbing(start))
-
     def climbing(self, start: int = 1) -> Steps[None]:
-        """``climb`` as steps."""
+        """Ordinary path: apply rungs ``start..8`` in order until the view fits, as steps."""
         for rung in range(start, RUNG_COUNT + 1):
             if self.fits:
                 return
             yield from self.applying(rung)
             yield
 
-    def apply(self, rung: int) -> bool:
-        """Apply one rung (or continue it); return whether it changed anything."""
-        return run_through(self.applying(rung))
-
     def applying(self, rung: int) -> Steps[bool]:
-        """``apply`` as steps.
+        """Apply one rung (or continue it), as steps; whether it changed anything.
 
         A rung works oldest first and stops as soon as the view fits ``target``. What it
         may touch is frozen when it is first applied (``_Scope``); applying it again
@@ -327,20 +145,19 @@ class Ladder:
 
     def _phases(self, rung: int) -> tuple[_Phase, ...]:
         """The phases of ``rung``: each a ``(prepare, run)`` pair (module docstring)."""
-        fraction = self.params.protected_recent
-        waves = {1: (0.0, 0.25), 2: (0.25, 0.50), 4: (0.50, 0.75), 6: (0.0, 1.0)}
-        if rung in waves:
-            lo, hi = waves[rung]
+        spec = RUNGS[rung - 1]
+        if spec.action == TRUNCATE:
+            lo, hi = spec.results
             return ((lambda scope: self._wave_scope(scope, lo, hi), self._truncate_wave),)
-        if rung != RUNG_COUNT:
-            recent = fraction * {3: 1.0, 5: 0.6, 7: 0.3}[rung]
+        recent = self.params.protected_recent * spec.recent
+        if spec.action == ENVELOPES:
             return (
-                (lambda scope: self._removal_scope(scope, recent), self._removal_pass),
-                (lambda scope: self._stub_scope(scope, recent), self._stub_pass),
+                (lambda scope: self._envelope_scope(scope, recent), self._stub_envelopes),
+                (self._old_stub_scope, self._drop_old_stubs),
             )
         return (
-            (self._envelope_scope, self._stub_envelopes),
-            (self._old_stub_scope, self._drop_old_stubs),
+            (lambda scope: self._removal_scope(scope, recent), self._removal_pass),
+            (lambda scope: self._stub_scope(scope, recent), self._stub_pass),
         )
 
     def reducing_floor(self, limit: int) -> Steps[None]:
@@ -371,32 +188,9 @@ class Ladder:
         yield from self._truncate_largest_results()
         groups = yield from self._groups()
         yield from self._remove_oldest(groups)
-        rows = self.rows
-        seqs, forms = rows.seq, rows.form
-        for index, row in enumerate(self.live):
-            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
-                yield
-            if self.fits:
-                break
-            if self._is_user_turn(row) and seqs[row] not in self.protected and forms[row] == FULL:
-                self._stub(row)
-        doomed: set[int] = set()
+        yield from self._stub_user_turns()
         groups = yield from self._groups()
-        for index, row in enumerate(self.live):
-            if index % STRIDE == STRIDE - 1:
-                yield
-            if self.fits:
-                break
-            if row in doomed or not self._is_user_turn(row) or self._untouchable(row):
-                continue
-            results = bool(rows.flags[row] & RESULTS)
-            members = groups.members(rows.group[row], row) if results else (row,)
-            if results and rows.group[row] in self.incomplete_groups:
-                continue
-            if any(self._untouchable(m) for m in members if m != row):
-                continue
-            self._drop(members, doomed)
-        yield from self._compact(doomed)
+        yield from self._drop_user_turns(groups)
         self.floor_removed = len(self.removed) + len(self.stubbed) - before
 
     def _untouchable(self, row: int) -> bool:
@@ -416,95 +210,64 @@ class Ladder:
         ]
         yield
         results.sort(key=tokens.__getitem__, reverse=True)
-        for index, row in enumerate(results):
-            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
-                yield
-            if self.fits:
-                return
+
+        def truncate(row: int) -> None:
             form = reduce(seqs[row])
             if form is not None and form[1] < tokens[row]:
                 self._replace(row, form, PROTECTED)
                 self.truncated.add(seqs[row])
                 self.floor_truncated.add(seqs[row])
 
+        yield from walking(results, self._until_fits(truncate), stride=HEAVY_STRIDE)
+
     def _remove_oldest(self, groups: Groups) -> Steps[None]:
         rows = self.rows
         flags, group = rows.flags, rows.group
         doomed: set[int] = set()
-        for index, row in enumerate(self.live):
-            if index % STRIDE == STRIDE - 1:
-                yield
-            if self.fits:
-                break
+
+        def remove(row: int) -> None:
             if row in doomed or self._untouchable(row) or self._is_user_turn(row):
-                continue
+                return
             if flags[row]:
                 members = groups.members(group[row], row)
                 if group[row] in self.incomplete_groups or any(
                     self._untouchable(m) for m in members
                 ):
-                    continue
+                    return
                 self._drop(members, doomed)
             elif rows.info[row].role == "assistant":
                 self._drop((row,), doomed)
+
+        yield from walking(self.live, self._until_fits(remove))
         yield from self._compact(doomed)
 
-    # -- protection ------------------------------------------------------------
-
-    def _result_positions(self) -> Steps[list[int]]:
-        live, infos = self.live, self.rows.info
-        positions: list[int] = []
-        for start in range(0, len(live), _CHUNK):
-            positions.extend(
-                i
-                for i, row in enumerate(live[start : start + _CHUNK], start)
-                if infos[row].is_result_carrier
-            )
-            yield
-        return positions
-
-    def _protected_results(self, positions: list[int]) -> set[int]:
-        keep = self.params.protected_tool_results
-        return set(positions[-keep:]) if keep > 0 else set()
-
-    def _human_bounds(self) -> set[int]:
-        live, infos = self.live, self.rows.info
-        first = next((i for i, row in enumerate(live) if infos[row].is_human), None)
-        if first is None:
-            return set()
-        last = next(i for i in range(len(live) - 1, -1, -1) if infos[live[i]].is_human)
-        return {first, last}
-
-    def _protected_positions(self, fraction: float) -> Steps[set[int]]:
-        live = self.live
-        seqs, infos = self.rows.seq, self.rows.info
-        recent_start = int(len(live) * (1 - fraction))
-        protected = set(range(recent_start, len(live)))
-        protected |= self._human_bounds()
-        positions = yield from self._result_positions()
-        protected |= self._protected_results(positions)
-        marked = self.protected
-        for start in range(0, len(live), _CHUNK):
-            protected.update(
-                i
-                for i, row in enumerate(live[start : start + _CHUNK], start)
-                if seqs[row] in marked or infos[row].has_loaded_tool_state
-            )
-            yield
-        return protected
-
-    # -- operations ------------------------------------------------------------
-
-    def _replace(self, row: int, form: Form, code: int) -> None:
-        """Show the message at ``row`` reduced (``code``) to ``form``: its estimate is kept,
-        the form itself only when the decisions ask for it (``_reduced``)."""
-        self._changing(row)
+    def _stub_user_turns(self) -> Steps[None]:
         rows = self.rows
-        tokens = form[1]
-        self.edits += 1
-        self.total += tokens - rows.tokens[row]
-        rows.tokens[row], rows.form[row] = tokens, code
-        self._reduced.pop(rows.seq[row], None)
+        seqs, forms = rows.seq, rows.form
+
+        def stub(row: int) -> None:
+            if self._is_user_turn(row) and seqs[row] not in self.protected and forms[row] == FULL:
+                self._stub(row)
+
+        yield from walking(self.live, self._until_fits(stub), stride=HEAVY_STRIDE)
+
+    def _drop_user_turns(self, groups: Groups) -> Steps[None]:
+        rows = self.rows
+        doomed: set[int] = set()
+
+        def drop(row: int) -> None:
+            if row in doomed or not self._is_user_turn(row) or self._untouchable(row):
+                return
+            results = bool(rows.flags[row] & RESULTS)
+            members = groups.members(rows.group[row], row) if results else (row,)
+            if results and rows.group[row] in self.incomplete_groups:
+                return
+            if any(self._untouchable(m) for m in members if m != row):
+                return
+            self._drop(members, doomed)
+
+        yield from walking(self.live, self._until_fits(drop))
+        yield from self._compact(doomed)
 
     # -- the rungs' phases: a scope frozen at the first application, then a run ------
 
@@ -524,19 +287,19 @@ class Ladder:
             ),
         )
 
-    def _walk(self, scope: _Scope, act: Callable[[int], None]) -> Steps[bool]:
+    def _walk(
+        self, scope: _Scope, act: Callable[[int], None], stride: int = HEAVY_STRIDE
+    ) -> Steps[bool]:
         """``act`` on the scope's rows from its cursor on, oldest first, until the view
         fits (the cursor is kept for a continuation: False) or the scope is through
-        (True); pausing every ``HEAVY_STRIDE`` rows."""
-        rows = scope.rows
-        for index in range(scope.cursor, len(rows)):
-            if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
-                yield
-            if self.fits:
-                scope.cursor = index
-                return False
-            act(rows[index])
-        return True
+        (True); pausing every ``stride`` rows (``walking``)."""
+        stopped = yield from walking(
+            scope.rows, self._until_fits(act), stride=stride, start=scope.cursor
+        )
+        if stopped is None:
+            return True
+        scope.cursor = stopped
+        return False
 
     def _truncate_wave(self, scope: _Scope) -> Steps[bool]:
         rows = self.rows
@@ -552,39 +315,6 @@ class Ladder:
 
         return self._walk(scope, truncate)
 
-    def _groups(self) -> Steps[Groups]:
-        """The live rows of each tool group, by group id, in view order."""
-        flags, group = self.rows.flags, self.rows.group
-        live = self.live
-        sizes: dict[int, int] = {}
-        for start in range(0, len(live), _CHUNK):
-            for row in live[start : start + _CHUNK]:
-                if flags[row]:
-                    g = group[row]
-                    sizes[g] = sizes.get(g, 0) + 1
-            yield
-        begin: dict[int, int] = {}
-        end: dict[int, int] = {}
-        offset = 0
-        for g, size in sizes.items():
-            begin[g] = end[g] = offset
-            offset += size
-        flat = array("q", bytes(8 * offset))
-        for start in range(0, len(live), _CHUNK):
-            for row in live[start : start + _CHUNK]:
-                if flags[row]:
-                    g = group[row]
-                    flat[end[g]] = row
-                    end[g] += 1
-            yield
-        return Groups(begin, end, flat)
-
-    def _keep_seqs(self, fraction: float) -> Steps[frozenset[int]]:
-        """The seqs of the rows ``_protected_positions(fraction)`` protects now."""
-        positions = yield from self._protected_positions(fraction)
-        live, seqs = self.live, self.rows.seq
-        return frozenset(seqs[live[index]] for index in positions)
-
     def _removal_scope(self, scope: _Scope, fraction: float) -> Steps[None]:
         """A removal pass may remove what lies outside the recent window and the other
         protections as they are when the rung is first applied (kept as seqs, so a
@@ -599,16 +329,10 @@ class Ladder:
         rows = self.rows
         seqs, flags, group = rows.seq, rows.flags, rows.group
         doomed: set[int] = set()
-        done = True
-        for index in range(scope.cursor, len(scope.rows)):
-            if index % STRIDE == STRIDE - 1:
-                yield
-            if self.fits:
-                scope.cursor, done = index, False
-                break
-            row = scope.rows[index]
+
+        def remove(row: int) -> None:
             if seqs[row] in keep or seqs[row] in removed or self._is_user_turn(row):
-                continue  # user turns are stubbed, never removed by a pass
+                return  # user turns are stubbed, never removed by a pass
             if flags[row]:
                 members = groups.members(group[row], row)
                 if (
@@ -616,10 +340,12 @@ class Ladder:
                     or any(seqs[m] in keep for m in members)
                     or any(self._is_user_turn(m) for m in members)
                 ):
-                    continue  # a group holding a user's own words stays whole, in place
+                    return  # a group holding a user's own words stays whole, in place
                 self._drop(members, doomed)
             else:
                 self._drop((row,), doomed)
+
+        done = yield from self._walk(scope, remove, STRIDE)
         yield from self._compact(doomed)
         return done
 
@@ -642,77 +368,6 @@ class Ladder:
 
         return self._walk(scope, stub)
 
-    def _is_user_turn(self, row: int) -> bool:
-        """A user message that is more than tool results (never removed by a pass)."""
-        info = self.rows.info[row]
-        return info.role == "user" and not info.is_result_carrier
-
-    def _drop(self, rows: Iterable[int], doomed: set[int]) -> None:
-        """Remove the messages at ``rows`` (they join ``doomed``, for ``_compact``)."""
-        columns = self.rows
-        for row in rows:
-            self._changing(row)
-            seq = columns.seq[row]
-            self.thoughtless.pop(seq, None)
-            doomed.add(row)
-            self.edits += 1
-            self.total -= columns.tokens[row]
-            columns.message[row] = _DROPPED
-            columns.form[row] = REMOVED
-            self._reduced.pop(seq, None)
-            self.removed.add(seq)
-            # removal supersedes an earlier reduced form of the same message
-            self.truncated.discard(seq)
-            self.stubbed.discard(seq)
-            self.floor_truncated.discard(seq)
-
-    def replacing_notice(self) -> None:
-        """The run's decisions replace the committed ones (and their notice) even if no
-        rung changed a message (a floor reported anew): the view changes at the notice."""
-        if self.notice_row is not None:
-            self._changing(self.notice_row)
-
-    def _changing(self, row: int) -> None:
-        """``row`` is about to change: with preserved thinking, leave out the thinking of
-        every row from the first change on (the rows before it keep their prefix)."""
-        if self.unthink is None:
-            return
-        first = row if self.notice_row is None else min(row, self.notice_row)
-        if first >= self.cut:
-            return
-        rows = self.rows
-        for later in range(first, self.cut):
-            if rows.form[later] == REMOVED:
-                continue
-            made = self.unthink(rows.message[later])
-            if made is None:
-                continue
-            form, tokens, saved, omitted = made
-            self.total -= saved
-            rows.tokens[later] -= saved
-            if form is not None:
-                rows.message[later] = form
-            self.thoughtless[rows.seq[later]] = (form, tokens, omitted)
-        self.cut = first
-
-    def _compact(self, doomed: set[int]) -> Steps[None]:
-        """Take the rows in ``doomed`` out of the live order."""
-        if not doomed:
-            return
-        live = self.live
-        kept = array("q")
-        for start in range(0, len(live), _CHUNK):
-            kept.extend(row for row in live[start : start + _CHUNK] if row not in doomed)
-            yield
-        self.live = kept
-
-    def _stub(self, row: int) -> None:
-        seq = self.rows.seq[row]
-        form = self.stub(seq)
-        if form is not None:
-            self._replace(row, form, STUBBED)
-            self.stubbed.add(seq)
-
     def _last_user_position(self) -> int | None:
         live = self.live
         for index in range(len(live) - 1, -1, -1):
@@ -720,10 +375,10 @@ class Ladder:
                 return index
         return None
 
-    def _envelope_scope(self, scope: _Scope) -> Steps[None]:
+    def _envelope_scope(self, scope: _Scope, fraction: float) -> Steps[None]:
         """Rung 8 may stub the machine-written user turns before the last user turn, and
-        then drop stubs before the narrowest recent window; both as the view is when the
-        rung is first applied (stubbing leaves the live order's length as it is)."""
+        then drop stubs before the recent window of ``fraction``; both as the view is when
+        the rung is first applied (stubbing leaves the live order's length as it is)."""
         last_user = self._last_user_position()
         keep = self._human_bounds()
         if last_user is not None:
@@ -731,7 +386,7 @@ class Ladder:
         live, seqs = self.live, self.rows.seq
         scope.keep = frozenset(seqs[live[index]] for index in keep)
         scope.last_user = None if last_user is None else seqs[live[last_user]]
-        scope.boundary = int(len(live) * (1 - self.params.protected_recent * 0.3))
+        scope.boundary = int(len(live) * (1 - fraction))
         scope.rows = live[:]
         yield
 
@@ -763,14 +418,8 @@ class Ladder:
         """Rung 8, second half: drop stubs older than the narrowest recent window."""
         rows = self.rows
         doomed: set[int] = set()
-        done = True
-        for index in range(scope.cursor, len(scope.rows)):
-            if index % STRIDE == STRIDE - 1:
-                yield
-            if self.fits:
-                scope.cursor, done = index, False
-                break
-            row = scope.rows[index]
+
+        def drop(row: int) -> None:
             seq = rows.seq[row]
             if (
                 rows.form[row] == STUBBED
@@ -779,5 +428,7 @@ class Ladder:
                 and seq not in self.removed
             ):
                 self._drop((row,), doomed)
+
+        done = yield from self._walk(scope, drop, STRIDE)
         yield from self._compact(doomed)
         return done

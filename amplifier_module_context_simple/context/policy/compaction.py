@@ -33,10 +33,11 @@ from ..ladder.decisions import Decisions
 from ..ladder.forms import stubbed_form, truncated_form, unthought
 from ..ladder.ladder import Ladder, LadderParams
 from ..ladder.rows import Form, FormName, Rows
+from ..ladder.rungs import FLOOR_RUNG
 from ..rendering.notice import notice_message
 from ..rendering.render import Rendered
 from ..rendering.thinking import covers
-from ..slices import HEAVY_STRIDE, STRIDE, Steps
+from ..slices import HEAVY_STRIDE, Steps, walking
 from ..stats import CompactionStats
 from .plan import RequestPlan
 
@@ -77,12 +78,13 @@ def omitting_calls(history: History, decisions: Decisions) -> Steps[tuple[str, .
     owners.update(history.group_of(seq) for seq in decisions.truncated)
     yield
     facts: list[str] = []
-    for index, seq in enumerate(sorted(owners)):
-        if index % HEAVY_STRIDE == HEAVY_STRIDE - 1:
-            yield
+
+    def gather(seq: int) -> None:
         public = entries.public[seq]
         if public is not None and seq in entries.call_ids:
             facts.extend(call_facts(public))
+
+    yield from walking(sorted(owners), gather, stride=HEAVY_STRIDE)
     return tuple(dict.fromkeys(facts))[-MAX_OMITTED_CALLS:]
 
 
@@ -130,11 +132,11 @@ class Compactor:
             system_tokens += estimate_message({"role": "system", "content": plan.factory_text})
         # a copy: an admission while this run is paused may insert into the order
         order = history.order[:]
-        for position, position_item in enumerate(order):
-            if position % STRIDE == STRIDE - 1:
-                yield
+
+        def add(position_item: int) -> None:
+            nonlocal system_tokens
             if history.position_seq(position_item) >= plan.length:
-                continue
+                return
             if position_item < 0:
                 # Synthesized results travel with their call: they count in its row (which
                 # comes before them, its recorded results possibly in between), and the
@@ -143,13 +145,13 @@ class Compactor:
                 owner = calls.get(synthesized.owner)
                 if owner is not None:
                     rows.add_synthesized(owner, synthesized.tokens, len(synthesized.call_ids))
-                continue
+                return
             seq = position_item
             kind = kinds[kind_codes[seq]]
             if kind.is_system:
                 if plan.factory_text is None or kind.is_hook_system:
                     system_tokens += all_tokens[seq]
-                continue
+                return
             has_calls = seq in call_ids
             message, tokens = publics[seq], all_tokens[seq] - uncounted.get(seq, 0)
             form: FormName = "full"
@@ -157,11 +159,11 @@ class Compactor:
                 made = unthought(message)
                 if made is not None:
                     if made[0] is None:
-                        continue  # thinking alone, unthought: not in the view
+                        return  # thinking alone, unthought: not in the view
                     message, tokens = made[0], made[1]
             if seq not in plan.protected:
                 if seq in removed:
-                    continue
+                    return
                 if seq in overrides:
                     message, tokens = overrides[seq], override_tokens[seq]
                     if seq in decisions.truncated:
@@ -183,6 +185,8 @@ class Compactor:
             )
             if has_calls:
                 calls[seq] = row
+
+        yield from walking(order, add)
         # A group is complete only if its results are inside the request's snapshot: a
         # result admitted after it (a negotiation awaits between plan and ladder) is not in
         # this view, so its call must not be removed as if it were answered here. A call
@@ -310,7 +314,7 @@ class Compactor:
                 "Required content was not discarded.",
                 budget=plan.budget,
                 required=ladder.total,
-                rung=9 if ladder.floor_truncated or ladder.floor_removed else ladder.level,
+                rung=FLOOR_RUNG if ladder.floor_truncated or ladder.floor_removed else ladder.level,
                 reason="hard_fit_over_budget",
             )
         mark = (

@@ -23,9 +23,9 @@ Nothing here awaits except ``pace`` (planning work in slices, ``slices.py``) and
 deliveries (``deliver_compaction``, ``close``). The work that grows with the history is
 written as steps (``preparing``, ``stepping``, ``reducing_floor``, ``falling_back``,
 ``finalising``): the negotiator runs them through ``pace``, which yields to the event loop
-between slices; ``step`` and ``finalised`` run them without pausing. Every candidate is
-built from the request's snapshot, so a paused one stays consistent; whether the store
-moved meanwhile is the transaction's check.
+between slices (``base`` and ``ladder``, which the driver reads between them, run theirs
+through without pausing). Every candidate is built from the request's snapshot, so a
+paused one stays consistent; whether the store moved meanwhile is the transaction's check.
 """
 
 from __future__ import annotations
@@ -39,11 +39,12 @@ from typing import Any, Final, TypeVar
 from ...errors import TransactionStateError
 from ..ladder.decisions import Decisions
 from ..ladder.ladder import RUNG_COUNT, Ladder
+from ..ladder.rungs import FLOOR_RUNG
 from ..slices import Pacer, Steps, run_through
 from .plan import RequestPlan
 from .policy import RequestPolicy
 
-__all__ = ("Candidate", "Commit", "Negotiable", "StoreLink")
+__all__ = ("FLOOR_RUNG", "Candidate", "Commit", "Negotiable", "StoreLink")
 
 RUNGS: Final = range(1, RUNG_COUNT + 1)
 T = TypeVar("T")
@@ -135,7 +136,7 @@ class Negotiable:
         (``ContextStore._open_negotiation`` paces them)."""
         if self._base is not None:
             return
-        self._developers = yield from self._policy.developer_seqs(self._plan)
+        self._developers = yield from self._policy.finding_developers(self._plan)
         rendered = yield from self._policy.rendering(self._plan, self._plan.decisions, copy=False)
         self._plan = self._policy.based(self._plan, rendered)
         self._base = yield from self._candidate(self._plan.decisions)
@@ -149,7 +150,7 @@ class Negotiable:
 
     def _candidate(self, decisions: Decisions) -> Steps[Candidate]:
         """The notice-inclusive view under ``decisions``: the notice of new decisions is
-        made here (``RequestPolicy.noticed``), to fit the policy budget (and, while the
+        made here (``RequestPolicy.noticing``), to fit the policy budget (and, while the
         floor is reduced, the provider's limit) without making a reduced candidate larger
         than the view the negotiation started from."""
         policy, plan = self._policy, self._plan
@@ -157,7 +158,7 @@ class Negotiable:
         ceiling = min(policy.notice_ceiling(plan, rendered), self._limit)
         if decisions is not plan.decisions:
             ceiling = min(ceiling, self._base_tokens)
-            decisions = yield from policy.noticed(
+            decisions = yield from policy.noticing(
                 plan,
                 decisions,
                 before=self._base_messages,
@@ -197,9 +198,9 @@ class Negotiable:
             self._notice = self.base.estimate - self._ladder.total
         return self._ladder
 
-    def step(self, rung: int, goal: float | None = None) -> Candidate | None:
+    def stepping(self, rung: int, goal: float | None = None) -> Steps[Candidate | None]:
         """Apply (or continue) one rung of the working ladder; the new candidate, or None
-        if nothing changed.
+        if nothing changed; as steps.
 
         ``goal`` is the most the candidate may weigh in our estimate's units, its notice
         included (the target over the calibrated count / estimate ratio): the rung works
@@ -207,10 +208,6 @@ class Negotiable:
         later call continues it from there (``exhausted`` says when it has nothing left).
         ``goal=None`` lets the rung exhaust its legal work (the existing module's rule).
         """
-        return run_through(self.stepping(rung, goal))
-
-    def stepping(self, rung: int, goal: float | None = None) -> Steps[Candidate | None]:
-        """``step`` as steps."""
         ladder = yield from self._laddered()
         before = ladder.edits
         candidate: Candidate | None = None
@@ -265,13 +262,9 @@ class Negotiable:
         merged = yield from plan.decisions.merging(ladder)
         return (yield from self._candidate(merged))
 
-    def finalised(self, candidate: Candidate, **measurement: Any) -> Candidate:
-        """``candidate`` with its ``context:compaction`` stats: the stats of the ladder
-        that produced it, plus ``measurement`` (outcome, counts, sources)."""
-        return run_through(self.finalising(candidate, **measurement))
-
     def finalising(self, candidate: Candidate, **measurement: Any) -> Steps[Candidate]:
-        """``finalised`` as steps."""
+        """``candidate`` with its ``context:compaction`` stats: the stats of the ladder
+        that produced it, plus ``measurement`` (outcome, counts, sources); as steps."""
         policy, plan = self._policy, self._plan
         rendered = yield from policy.rendering(plan, plan.decisions, copy=False)
         ladder = yield from self._laddered()

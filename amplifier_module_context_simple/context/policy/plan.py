@@ -21,7 +21,7 @@ def notice_reserve(configured: int, budget: int) -> int:
 
     A reserve may take at most a quarter of the budget (a larger one would leave the view
     almost nothing); the notice itself is budgeted, within it, when its decision is made
-    (``RequestPolicy.noticed``).
+    (``RequestPolicy.noticing``).
     """
     return min(configured, budget // 4)
 

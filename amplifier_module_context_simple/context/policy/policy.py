@@ -28,7 +28,7 @@ from ..ladder.ladder import Ladder
 from ..rendering.notice import notice_message, notice_position
 from ..rendering.render import Rendered, Renderer
 from ..rendering.thinking import with_range
-from ..slices import Steps
+from ..slices import LIGHT_CHUNK, Steps, chunking
 from .compaction import Compactor, FloorMark, omitting_calls
 from .plan import RequestPlan
 
@@ -101,7 +101,7 @@ class RequestPolicy:
         left_out = sum(tokens for seq, tokens in uncounted.items() if seq not in removed)
         return dataclasses.replace(view, tokens=view.tokens - left_out)
 
-    def noticed(
+    def noticing(
         self, plan: RequestPlan, decisions: Decisions, *, before: int, after: int, room: int
     ) -> Steps[Decisions]:
         """``decisions`` (new, staged) with the notice every view built on them shows, as
@@ -164,7 +164,7 @@ class RequestPolicy:
             rendered.messages, rendered.body_seqs, rendered.system_count, decisions.notice_at
         )
 
-    def notice_next(self, plan: RequestPlan) -> Steps[int | None]:
+    def finding_notice_next(self, plan: RequestPlan) -> Steps[int | None]:
         """``notice_next_in`` the request's view under its committed decisions, rendered
         (as steps) only when they have a notice."""
         if plan.decisions.notice is None:
@@ -244,7 +244,7 @@ class RequestPolicy:
         extra_protected: frozenset[int] = frozenset(),
     ) -> Steps[Ladder]:
         """A ``Ladder`` over the working view of ``plan`` under ``decisions``, as steps."""
-        notice_next = yield from self.notice_next(plan)
+        notice_next = yield from self.finding_notice_next(plan)
         return (
             yield from self.compactor.laddering(
                 plan.history,
@@ -262,16 +262,17 @@ class RequestPolicy:
         compactor = self.compactor
         return compactor.reducing_floor(ladder, limit - compactor.notice_allowance(limit))
 
-    def developer_seqs(self, plan: RequestPlan) -> Steps[frozenset[int]]:
+    def finding_developers(self, plan: RequestPlan) -> Steps[frozenset[int]]:
         """Seqs of developer messages (protected on the negotiated path only), as steps."""
         entries = plan.history.entries
         developer = [kind.is_developer for kind in entries.kind_table]
         codes = entries.kind_codes
         seqs: set[int] = set()
-        for start in range(0, plan.length, 1024):
-            end = min(start + 1024, plan.length)
-            seqs.update(seq for seq in range(start, end) if developer[codes[seq]])
-            yield
+
+        def find(chunk: Sequence[int], start: int) -> None:
+            seqs.update(seq for seq in chunk if developer[codes[seq]])
+
+        yield from chunking(range(plan.length), find, size=LIGHT_CHUNK)
         return frozenset(seqs)
 
     # -- fit checks -----------------------------------------------------------------------
@@ -361,7 +362,7 @@ class RequestPolicy:
                 if rendered.tokens + before_notice > ceiling:
                     before_notice = 0
             ceiling = min(ceiling, rendered.tokens + before_notice)
-            staged = decisions = yield from self.noticed(
+            staged = decisions = yield from self.noticing(
                 plan,
                 staged,
                 before=len(rendered.messages),

@@ -27,7 +27,7 @@ from ..counting.estimate import estimate_message
 from ..history.history import BODY, HOOK_SYSTEM, SYSTEM, History, copy_message, marker_owner
 from ..ladder.decisions import Decisions
 from ..ladder.forms import unthought
-from ..slices import STRIDE, Steps, run_through
+from ..slices import LIGHT_CHUNK, Steps, chunking, run_through, walking
 from .thinking import Ranges, covers
 
 __all__ = (
@@ -36,7 +36,7 @@ __all__ = (
     "UnthoughtForms",
 )
 
-_CHUNK: Final = 16 * STRIDE
+_CHUNK: Final = LIGHT_CHUNK
 """Messages copied (or history items looked at) between two pause points."""
 
 
@@ -71,14 +71,18 @@ class Rendered:
     def prefix_keeping(self, other: Sequence[Mapping[str, Any]]) -> Steps[tuple[int, int | None]]:
         """Tokens of the leading messages ``other`` shows unchanged from this view, and the
         index of the first one it changes (None when ``other`` changes none), as steps."""
+        messages, tokens = self.messages, self.message_tokens
         kept = 0
-        for index, message in enumerate(self.messages):
-            if index % _CHUNK == _CHUNK - 1:
-                yield
-            if index >= len(other) or other[index] != message:
-                return kept, index
-            kept += self.message_tokens[index]
-        return kept, None
+
+        def differs(index: int) -> bool:
+            nonlocal kept
+            if index >= len(other) or other[index] != messages[index]:
+                return True
+            kept += tokens[index]
+            return False
+
+        first = yield from walking(range(len(messages)), differs, stride=_CHUNK)
+        return kept, first
 
 
 @dataclass(slots=True)
@@ -231,16 +235,18 @@ class Renderer:
             return view
         messages, offset = view.messages, view.system_count
         copied = messages[:offset]  # (the system messages are copies already)
-        for start in range(offset, len(messages), _CHUNK):
-            if start > offset:
-                yield
-            copied.extend(map(dict.copy, messages[start : start + _CHUNK]))
+
         positions, count = view.with_metadata
-        for position in range(count):
-            if position % _CHUNK == _CHUNK - 1:
-                yield
-            message = copied[offset + positions[position]]
+
+        def copy_chunk(chunk: Sequence[dict[str, Any]], start: int) -> None:
+            copied.extend(map(dict.copy, chunk))
+
+        def copy_metadata(index: int) -> None:
+            message = copied[offset + positions[index]]
             message["metadata"] = message["metadata"].copy()
+
+        yield from chunking(messages, copy_chunk, size=_CHUNK, start=offset, between=True)
+        yield from walking(range(count), copy_metadata, stride=_CHUNK)
         return dataclasses.replace(view, messages=copied, shared=False, with_metadata=((), 0))
 
     def _factory_tokens(self, text: str) -> int:
@@ -274,24 +280,21 @@ class Renderer:
         # changed (then this is a rebuild from 0): a first item past ``length`` ends the
         # look, except in a rebuild, where later items may still be inside the prefix.
         rebuild = shown.position == 0
-        position = shown.position
-        while position < len(order):
-            if position % _CHUNK == _CHUNK - 1:
-                yield
+
+        def look(position: int) -> bool:
+            """Show the item at ``position``; True: the look ends before it."""
             item = order[position]
             if history.position_seq(item) >= length:
                 if not rebuild or all(
                     history.position_seq(later) >= length for later in order[position:]
                 ):
-                    break
+                    return True
                 shown.sealed = True
-                position += 1
-                continue
-            position += 1
+                return False
             if item < 0:
                 owner = marker_owner(item)
                 if owner in removed and owner not in intact:
-                    continue  # removed with its call
+                    return False  # removed with its call
                 synthesized = history.synthesized[owner]
                 for message, tokens in zip(
                     synthesized.messages, synthesized.message_tokens, strict=True
@@ -302,21 +305,21 @@ class Renderer:
                     shown.body_seq_list.append(owner)
                 shown.body_tokens += synthesized.tokens
                 shown.synthesized += len(synthesized.call_ids)
-                continue
+                return False
             kind = kinds[item]
             if kind == BODY:
                 form = publics[item]
                 tokens = all_tokens[item]
                 has_metadata = with_metadata[item]
                 if item in removed and item not in intact:
-                    continue
+                    return False
                 if item in overrides and item not in intact:
                     form, tokens = overrides[item], override_tokens[item]
                     has_metadata = "metadata" in form
                 elif item in unthought:
                     form, tokens = unthought[item]
                     if form is None:
-                        continue  # thinking alone: nothing left to show
+                        return False  # thinking alone: nothing left to show
                     has_metadata = "metadata" in form
                 if has_metadata:
                     shown.with_metadata.append(len(body))
@@ -329,7 +332,10 @@ class Renderer:
                 shown.system_seq_list.append(item)
                 shown.system_tokens += all_tokens[item]
                 shown.system_token_list.append(all_tokens[item])
-        shown.position = position
+            return False
+
+        stopped = yield from walking(range(len(order)), look, stride=_CHUNK, start=shown.position)
+        shown.position = len(order) if stopped is None else stopped
         shown.length = length
 
 
