@@ -488,7 +488,7 @@ class ContextStore:
         self._learned = plan.limit
         self._publish_meter(
             planned.estimated,
-            plan.effective,
+            plan.limits.policy_budget,
             synthesized=planned.synthesized,
             floor_held=planned.floor_held,
             thinking=plan.thinking,
@@ -745,7 +745,7 @@ class ContextStore:
         self._sent(plan)
         self._publish_meter(
             estimated,
-            plan.effective,
+            plan.limits.policy_budget,
             synthesized=synthesized,
             floor_held=floor_held,
             thinking=plan.thinking,
