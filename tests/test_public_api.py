@@ -208,6 +208,19 @@ def test_the_manager_surface_is_the_contract() -> None:
     assert public_names(SimpleContextManager) == MANAGER_SURFACE
 
 
+def test_the_manager_has_no_private_views_of_its_state() -> None:
+    """What a test reads of the store it reads through the public surface
+    (``observable_state()``, ``last_compaction_stats``, events): no private property
+    re-exposes a piece of it."""
+    private = [
+        f"{cls.__name__}.{name}"
+        for cls in SimpleContextManager.__mro__
+        for name, value in vars(cls).items()
+        if name.startswith("_") and isinstance(value, property)
+    ]
+    assert private == []
+
+
 def test_the_transaction_handle_cannot_move_the_machine() -> None:
     assert public_names(RequestTransaction) == HANDLE_SURFACE
     assert RequestTransaction.__slots__ == ("__machine",)

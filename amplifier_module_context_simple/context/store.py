@@ -167,34 +167,9 @@ class ContextStore:
         return None if stats is None else stats.to_event()
 
     @property
-    def _last_compaction_stats(self) -> dict[str, Any] | None:
-        stats = self._decisions.stats
-        return None if stats is None else stats.to_event()
-
-    @property
     def last_token_meter_stats(self) -> dict[str, Any] | None:
         """Meter readings of the latest request that returned."""
         return self._last_token_meter_stats
-
-    @property
-    def _sticky_level(self) -> int:
-        return self._decisions.level
-
-    @property
-    def _removed_seqs(self) -> frozenset[int]:
-        return self._decisions.removed
-
-    @property
-    def _truncated_seqs(self) -> frozenset[int]:
-        return self._decisions.truncated
-
-    @property
-    def _stubbed_seqs(self) -> frozenset[int]:
-        return self._decisions.stubbed
-
-    @property
-    def _last_measured_prompt_tokens(self) -> int | None:
-        return self._meter.measured
 
     @property
     def messages(self) -> list[dict[str, Any]]:
