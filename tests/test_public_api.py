@@ -80,7 +80,7 @@ MANAGER_SURFACE = {
     "last_compaction_stats",
     "last_token_meter_stats",
     "on_llm_response",
-    # configuration attributes (each validates as the constructor does)
+    # configuration attributes, one per key (each validates as the constructor does)
     "max_tokens",
     "max_tokens_fallback",
     "compact_threshold",
@@ -96,6 +96,8 @@ MANAGER_SURFACE = {
     "token_meter",
     "max_tool_result_bytes",
     "count_every_rung",
+    "learn_provider_limits",
+    "preserved_thinking",
 }
 
 HANDLE_SURFACE = {"commit", "rollback", "state", "conflict", "has_changes", "stats"}
