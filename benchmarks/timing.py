@@ -190,9 +190,7 @@ async def compaction_lists(
     )
     whole = [e.stored for e in manager._history.entries if e.public is not None]
     systems = [e.public for e in manager._history.entries if e.kind == SYSTEM and e.public]
-    ladder = run_through(
-        manager._policy.laddering(plan, plan.decisions, target=manager._policy.target(plan))
-    )
+    ladder = run_through(manager._policy.laddering(plan, plan.decisions, target=plan.limits.target))
     lists: list[list[dict[str, Any]]] = [whole, whole]  # trigger, old_tokens
     for rung in range(1, RUNG_COUNT + 1):
         if ladder.fits:

@@ -17,6 +17,7 @@ import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.cli import main, parse_assignment
+from amplifier_module_context_simple.cli.replaying import EventLog
 from amplifier_module_context_simple.context.config import ContextConfig
 from amplifier_module_context_simple.context.counting.estimate import (
     estimate_message,
@@ -174,6 +175,69 @@ def test_lower_threshold_compacts_more_often(capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     assert "A: compact_threshold=0.7" in out and "B: compact_threshold=0.95" in out
     assert "A level" in out and "B level" in out
+
+
+def growing_session(turns: int) -> list[dict[str, Any]]:
+    """A prompt, then ``turns`` calls with their results (about 62 tokens a turn), then an
+    answer: each request before an assistant message sees one more turn."""
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "read the build log, one part at a time"}
+    ]
+    for i in range(turns):
+        call = {"name": "read_log", "arguments": json.dumps({"part": i})}
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": f"call_{i}", "type": "function", "function": call}],
+            }
+        )
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": f"call_{i}",
+                "content": f"part {i}: {'step ok, ' * 10}",
+            }
+        )
+    messages.append({"role": "assistant", "content": "The build is fine."})
+    return messages
+
+
+def test_the_replay_reports_the_trigger_the_store_fires_at(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The replay's trigger is the store's own (``Limits``, from its plan's inputs). At a
+    budget of 2,654 the notice reserve is a quarter of it (663, not the configured 800), so
+    the store fires at 0.92 x (2,654 - 663) = 1,832 tokens: on the replay's own requests
+    (none under it compacts, the first at or over it does) and, on the same history, at
+    exactly that meter reading and not one token below. The replay used to report 0.92 x
+    (2,654 - 800) = 1,706, under two requests that did not compact (issue 29)."""
+    session = growing_session(40)
+    path = write_jsonl(tmp_path / "t.jsonl", [json.dumps(m) for m in session])
+    report, _ = run_json(capsys, str(path), "--set", "max_tokens=2654")
+    (run,) = report["runs"]
+    totals, requests = run["totals"], run["requests"]
+    trigger = totals["trigger_tokens"]
+    assert (totals["budget"], trigger) == (2654, 1832)
+
+    first = next(i for i, r in enumerate(requests) if r["compacted"])
+    assert all(r["view_tokens"] < trigger for r in requests[:first])
+    assert run["compactions"][0]["request"] == first + 1
+    assert run["compactions"][0]["before_tokens"] >= trigger
+    assert sum(1706 <= r["view_tokens"] < trigger for r in requests[:first]) == 2
+
+    async def fires_at(used: int) -> bool:
+        """Whether a request on the same history compacts at a meter reading of ``used``."""
+        log = EventLog()
+        manager = SimpleContextManager(max_tokens=2654, token_meter="actual", hooks=log)
+        for message in session:
+            await manager.add_message(message)
+        await manager.on_llm_response("llm:response", {"usage": {"input_tokens": used}})
+        await manager.get_messages_for_request()
+        return any(event == "context:compaction" for event, _ in log.events)
+
+    assert anyio.run(fires_at, trigger)
+    assert not anyio.run(fires_at, trigger - 1)
 
 
 def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

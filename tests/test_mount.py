@@ -122,7 +122,7 @@ async def test_handler_returns_none_and_records() -> None:
     assert await handler("llm:response", {"usage": {"input_tokens": 12}}) is None
     assert await handler("llm:response", None) is None
     assert await handler("llm:response", {"usage": "garbage"}) is None
-    assert context._last_measured_prompt_tokens == 12
+    assert context.observable_state().measured == 12
 
 
 @pytest.mark.anyio
@@ -133,7 +133,7 @@ async def test_real_llm_response_updates_the_meter() -> None:
         "llm:response", {"usage": {"input_tokens": 2, "cache_write_tokens": 161_165}}
     )
     assert result.action == "continue"
-    assert context._last_measured_prompt_tokens == 161_167
+    assert context.observable_state().measured == 161_167
     await context.get_messages_for_request()
     assert context.last_token_meter_stats["measured_tokens"] == 161_167
     await coordinator.cleanup()
@@ -148,7 +148,7 @@ async def test_real_llm_response_with_bad_usage_is_ignored() -> None:
     for data in ({}, {"usage": {}}, {"usage": {"input_tokens": -1}}, {"usage": "x"}):
         result = await coordinator.hooks.emit("llm:response", data)
         assert result.action == "continue"
-    assert context._last_measured_prompt_tokens == 40
+    assert context.observable_state().measured == 40
     await coordinator.cleanup()
 
 
@@ -177,7 +177,7 @@ async def test_capabilities_work_on_an_empty_context() -> None:
     assert await context.get_messages_for_request() == []
     recorder = coordinator.get_capability("context.foreground_usage")()
     assert recorder(input_tokens=10) is True
-    assert context._last_measured_prompt_tokens == 10
+    assert context.observable_state().measured == 10
     await coordinator.cleanup()
 
 
@@ -220,7 +220,7 @@ async def test_cleanup_unregisters_and_is_safe_twice() -> None:
     await cleanup()
     assert coordinator.hooks.list_handlers("llm:response")["llm:response"] == ["other"]
     await coordinator.hooks.emit("llm:response", {"usage": {"input_tokens": 99}})
-    assert context._last_measured_prompt_tokens is None
+    assert context.observable_state().measured is None
 
 
 @pytest.mark.anyio

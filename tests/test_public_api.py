@@ -80,7 +80,7 @@ MANAGER_SURFACE = {
     "last_compaction_stats",
     "last_token_meter_stats",
     "on_llm_response",
-    # configuration attributes (each validates as the constructor does)
+    # configuration attributes, one per key (each validates as the constructor does)
     "max_tokens",
     "max_tokens_fallback",
     "compact_threshold",
@@ -96,6 +96,8 @@ MANAGER_SURFACE = {
     "token_meter",
     "max_tool_result_bytes",
     "count_every_rung",
+    "learn_provider_limits",
+    "preserved_thinking",
 }
 
 HANDLE_SURFACE = {"commit", "rollback", "state", "conflict", "has_changes", "stats"}
@@ -206,6 +208,19 @@ def test_the_manager_surface_is_the_contract() -> None:
     """What an orchestrator can call on the manager: its documented surface (docs/design.md section 1) and the configuration,
     nothing that exists only for the negotiator (it uses the seam instead)."""
     assert public_names(SimpleContextManager) == MANAGER_SURFACE
+
+
+def test_the_manager_has_no_private_views_of_its_state() -> None:
+    """What a test reads of the store it reads through the public surface
+    (``observable_state()``, ``last_compaction_stats``, events): no private property
+    re-exposes a piece of it."""
+    private = [
+        f"{cls.__name__}.{name}"
+        for cls in SimpleContextManager.__mro__
+        for name, value in vars(cls).items()
+        if name.startswith("_") and isinstance(value, property)
+    ]
+    assert private == []
 
 
 def test_the_transaction_handle_cannot_move_the_machine() -> None:

@@ -4,19 +4,16 @@ assignments (``parse_assignment``) and the configuration they build (``build_con
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from ..context.config import ContextConfig
+from ..context.config import CONFIG_KEYS, ContextConfig
 from .bill import CACHE_LIFETIMES, DEFAULT_PRICES
 from .exits import EXIT_USAGE, PROG, CliError
 
 __all__ = ("CONFIG_KEYS", "build_config", "build_parser", "parse_assignment")
-
-CONFIG_KEYS: Final = tuple(f.name for f in dataclasses.fields(ContextConfig))
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:

@@ -4,13 +4,13 @@ configuration (or of a baseline trimmer), with its summary figures and its bill.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..context.config import ContextConfig
 from ..context.counting.estimate import estimate_message
+from ..context.policy.plan import Limits
 from ..testing.thinking_oracle import Verdict
 from .bill import DEFAULT_PRICES, CacheUse, Measure, Prices, cache_use, dropped_messages
 
@@ -100,16 +100,17 @@ class Run:
         return {r.number: r.compaction for r in self.records if r.compaction is not None}
 
     @property
-    def trigger_tokens(self) -> int:
-        """The fewest used tokens that fire compaction: threshold x (budget - notice reserve).
+    def limits(self) -> Limits:
+        """The budget arithmetic of the run's requests: the store's own (``Limits.of``, as
+        ``RequestPlan.taken`` computes it) on the same inputs, the budget the module
+        reported and the run's configuration."""
+        return Limits.of(self.budget["effective_budget"], self.config)
 
-        Mirrors ``SimpleContextManager``'s trigger, for the report and the plot.
-        """
-        budget: int = self.budget["effective_budget"]
-        reserve = self.config.compaction_notice_token_reserve
-        if self.config.compaction_notice_enabled and budget - reserve > 0:
-            budget -= reserve
-        return math.ceil(budget * self.config.compact_threshold)
+    @property
+    def trigger_tokens(self) -> int:
+        """The fewest used tokens that fire compaction (``Limits.trigger_tokens``), for the
+        report and the plot."""
+        return self.limits.trigger_tokens
 
     @property
     def mean_view_tokens(self) -> float:

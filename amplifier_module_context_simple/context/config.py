@@ -19,6 +19,7 @@ from typing import Any, Final
 from .._values import int_at_least, is_int, is_number
 
 __all__ = (
+    "CONFIG_KEYS",
     "DEFAULT_MAX_TOKENS_FALLBACK",
     "DEFAULT_MAX_TOOL_RESULT_BYTES",
     "INGRESS_MARKER_TEMPLATE",
@@ -101,6 +102,11 @@ class ContextConfig:
         if "token_meter" in values:
             values["token_meter"] = validated_token_meter(values["token_meter"])
         return cls(**values)
+
+
+CONFIG_KEYS: Final = tuple(field.name for field in dataclasses.fields(ContextConfig))
+"""The configuration keys, in ``ContextConfig``'s order: the constructor's keywords and the
+manager's configuration attributes (``ContextStore``), the replay's ``--set`` keys."""
 
 
 def validated_max_tokens(raw: object) -> int | None:

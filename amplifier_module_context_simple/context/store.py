@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Self
+from typing import Any, Final, Self, TypeVar
 
 import anyio.lowlevel
 
@@ -32,7 +32,7 @@ from ..errors import (
     RequiredContentTooLargeError,
     TransactionConflictError,
 )
-from .config import TOKEN_METER_ACTUAL, ContextConfig
+from .config import CONFIG_KEYS, TOKEN_METER_ACTUAL, ContextConfig
 from .counting.budget import LearnedLimit, derive_budget
 from .counting.meter import TokenMeter
 from .history.history import (
@@ -64,7 +64,6 @@ logger = logging.getLogger(__name__)
 COMPACTION_EVENT: Final = "context:compaction"
 BUDGET_EVENT: Final = "context:budget"
 
-CONFIG_KEYS: Final = frozenset(field.name for field in dataclasses.fields(ContextConfig))
 SystemPromptFactory = Callable[[], Awaitable[str]]
 
 PACED_PLANS: Final = 3
@@ -72,7 +71,10 @@ PACED_PLANS: Final = 3
 ``_request``)."""
 
 
-def _setting(name: str) -> Any:
+_Store = TypeVar("_Store", bound="ContextStore")
+
+
+def _setting(name: str) -> property:
     """A configuration attribute of ``ContextStore``: reads the validated config; a write
     re-validates the whole config exactly as the constructor does (lenient keys included)."""
 
@@ -85,6 +87,14 @@ def _setting(name: str) -> Any:
     return property(get, put, doc=f"The ``{name}`` configuration key (validated on write).")
 
 
+def _with_settings(cls: type[_Store]) -> type[_Store]:
+    """``cls`` with one configuration attribute (``_setting``) per key of ``CONFIG_KEYS``."""
+    for name in CONFIG_KEYS:
+        setattr(cls, name, _setting(name))
+    return cls
+
+
+@_with_settings
 class ContextStore:
     """In-memory conversation context with view-only, transactional compaction.
 
@@ -94,26 +104,33 @@ class ContextStore:
     (warns, no cap).
     """
 
-    max_tokens = _setting("max_tokens")
-    max_tokens_fallback = _setting("max_tokens_fallback")
-    compact_threshold = _setting("compact_threshold")
-    target_usage = _setting("target_usage")
-    protected_recent = _setting("protected_recent")
-    protected_tool_results = _setting("protected_tool_results")
-    truncate_chars = _setting("truncate_chars")
-    compaction_notice_enabled = _setting("compaction_notice_enabled")
-    compaction_notice_token_reserve = _setting("compaction_notice_token_reserve")
-    compaction_notice_verbosity = _setting("compaction_notice_verbosity")
-    compaction_notice_min_level = _setting("compaction_notice_min_level")
-    output_reserve_fraction = _setting("output_reserve_fraction")
-    token_meter = _setting("token_meter")
-    max_tool_result_bytes = _setting("max_tool_result_bytes")
-    count_every_rung = _setting("count_every_rung")
+    # Every configuration key is an attribute (``config`` holds them all): read from the
+    # validated config, re-validated as a whole on write. The attributes are made from
+    # ``CONFIG_KEYS`` (``_with_settings``), so none is missing; their types are stated here
+    # for the type checker, as ``ContextConfig`` declares them (tests/context/test_config.py
+    # checks the two agree).
+    max_tokens: int | None
+    max_tokens_fallback: int
+    compact_threshold: float
+    target_usage: float
+    protected_recent: float
+    protected_tool_results: int
+    truncate_chars: int
+    compaction_notice_enabled: bool
+    compaction_notice_token_reserve: int
+    compaction_notice_verbosity: str
+    compaction_notice_min_level: int
+    output_reserve_fraction: float
+    token_meter: str
+    max_tool_result_bytes: int
+    count_every_rung: bool
+    learn_provider_limits: bool
+    preserved_thinking: bool | str
 
     def __init__(self, *, hooks: Any = None, **config: Any) -> None:
         # The defaults live in ``ContextConfig`` alone; unknown keywords are a caller's
         # typo (the mount config, by contrast, warns and ignores them).
-        unknown = sorted(set(config) - CONFIG_KEYS)
+        unknown = sorted(set(config) - set(CONFIG_KEYS))
         if unknown:
             raise TypeError(f"unknown configuration keyword(s): {', '.join(unknown)}")
         self._config = ContextConfig.from_mapping(config)
@@ -156,6 +173,7 @@ class ContextStore:
 
     @property
     def config(self) -> ContextConfig:
+        """The validated configuration (immutable: assigning a key's attribute replaces it)."""
         return self._config
 
     # -- observability -----------------------------------------------------------
@@ -167,34 +185,9 @@ class ContextStore:
         return None if stats is None else stats.to_event()
 
     @property
-    def _last_compaction_stats(self) -> dict[str, Any] | None:
-        stats = self._decisions.stats
-        return None if stats is None else stats.to_event()
-
-    @property
     def last_token_meter_stats(self) -> dict[str, Any] | None:
         """Meter readings of the latest request that returned."""
         return self._last_token_meter_stats
-
-    @property
-    def _sticky_level(self) -> int:
-        return self._decisions.level
-
-    @property
-    def _removed_seqs(self) -> frozenset[int]:
-        return self._decisions.removed
-
-    @property
-    def _truncated_seqs(self) -> frozenset[int]:
-        return self._decisions.truncated
-
-    @property
-    def _stubbed_seqs(self) -> frozenset[int]:
-        return self._decisions.stubbed
-
-    @property
-    def _last_measured_prompt_tokens(self) -> int | None:
-        return self._meter.measured
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -488,7 +481,7 @@ class ContextStore:
         self._learned = plan.limit
         self._publish_meter(
             planned.estimated,
-            plan.effective,
+            plan.limits.policy_budget,
             synthesized=planned.synthesized,
             floor_held=planned.floor_held,
             thinking=plan.thinking,
@@ -745,7 +738,7 @@ class ContextStore:
         self._sent(plan)
         self._publish_meter(
             estimated,
-            plan.effective,
+            plan.limits.policy_budget,
             synthesized=synthesized,
             floor_held=floor_held,
             thinking=plan.thinking,

@@ -51,8 +51,12 @@ async def compacted() -> SimpleContextManager:
     cm = SimpleContextManager(max_tokens=800, compact_threshold=0.1)
     await fill(cm, 10)
     await cm.get_messages_for_request()
-    assert cm._last_compaction_stats is not None
-    assert cm._removed_seqs or cm._stubbed_seqs or cm._truncated_seqs
+    assert cm.last_compaction_stats is not None
+    assert (
+        cm.observable_state().removed
+        or cm.observable_state().stubbed
+        or cm.observable_state().truncated
+    )
     return cm
 
 
@@ -164,7 +168,7 @@ async def test_full_view_without_compaction() -> None:
     systems = [m for m in given if m["role"] == "system"]
     others = [m for m in given if m["role"] != "system"]
     assert view == systems + others
-    assert cm._last_compaction_stats is None
+    assert cm.last_compaction_stats is None
     stored = await cm.get_messages()
     assert all("timestamp" in m["metadata"] for m in stored)
 
@@ -369,13 +373,13 @@ async def test_set_messages_resets_sticky_state() -> None:
     cm = await compacted()
     stats = cm.last_compaction_stats
     await cm.set_messages(await cm.get_messages())
-    assert cm.last_compaction_stats is stats and cm._removed_seqs
+    assert cm.last_compaction_stats is stats and cm.observable_state().removed
     await cm.set_messages(replaced(await cm.get_messages()))
-    assert cm._removed_seqs == set()
-    assert cm._truncated_seqs == set()
-    assert cm._stubbed_seqs == set()
-    assert cm._sticky_level == 0
-    assert cm._last_compaction_stats is None
+    assert cm.observable_state().removed == set()
+    assert cm.observable_state().truncated == set()
+    assert cm.observable_state().stubbed == set()
+    assert cm.observable_state().level == 0
+    assert cm.last_compaction_stats is None
     assert cm.last_compaction_stats is None
 
 
@@ -403,10 +407,14 @@ async def test_clear() -> None:
     await cm.clear()
     assert await cm.get_messages() == []
     assert await cm.get_messages_for_request() == []
-    assert cm._last_compaction_stats is None
-    assert cm._sticky_level == 0
-    assert not (cm._removed_seqs or cm._truncated_seqs or cm._stubbed_seqs)
-    assert cm._last_measured_prompt_tokens is None
+    assert cm.last_compaction_stats is None
+    assert cm.observable_state().level == 0
+    assert not (
+        cm.observable_state().removed
+        or cm.observable_state().truncated
+        or cm.observable_state().stubbed
+    )
+    assert cm.observable_state().measured is None
     await cm.clear()
     assert cm._last_token_meter_stats is None
     await cm.add_message({"role": "user", "content": "fresh"})
@@ -432,7 +440,7 @@ async def test_get_messages_after_compaction_is_the_full_history() -> None:
     await fill(cm, 10)
     before = await cm.get_messages()
     view = await cm.get_messages_for_request()
-    assert cm._last_compaction_stats is not None
+    assert cm.last_compaction_stats is not None
     assert len(view) < len(before)
     after = await cm.get_messages()
     assert after == before

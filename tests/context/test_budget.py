@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from typing import Any
 
@@ -9,7 +10,9 @@ import anyio
 import pytest
 
 from amplifier_module_context_simple import SimpleContextManager
+from amplifier_module_context_simple.context.config import ContextConfig
 from amplifier_module_context_simple.context.counting.budget import derive_budget
+from amplifier_module_context_simple.context.policy.plan import Limits
 from amplifier_module_context_simple.testing import RecordingHooks
 from tests.support import mounted
 
@@ -491,7 +494,8 @@ async def test_budget_event_through_real_hooks() -> None:
 
 @pytest.mark.anyio
 async def test_meter_budget_is_after_the_notice_reserve() -> None:
-    """The meter's budget is the effective budget minus the 800-token notice reserve."""
+    """The meter's budget is the policy budget: the budget minus the 800-token notice
+    reserve."""
     cm = SimpleContextManager()
     await cm.add_message({"role": "user", "content": "hello"})
     await cm.get_messages_for_request(provider=defaults(200_000, 64_000))
@@ -501,3 +505,29 @@ async def test_meter_budget_is_after_the_notice_reserve() -> None:
     await cm.get_messages_for_request(provider=defaults(200_000, 64_000))
     stats = cm.last_token_meter_stats
     assert stats is not None and stats["budget"] == 163_904
+
+
+def test_the_limits_are_the_budget_arithmetic_of_a_request() -> None:
+    """``Limits.of``: the notice reserve (at most a quarter of the budget, none with notices
+    off), B = budget - reserve, the trigger ``compact_threshold`` x B and the target
+    ``int(target_usage`` x B) (all of B for hard fit)."""
+    config = ContextConfig()
+    assert Limits.of(25_904, config) == Limits(25_904, 800, 25_104, 0.92, 25_104 * 0.92, 12_552)
+    small = Limits.of(2_654, config)
+    assert (small.notice_reserve, small.policy_budget, small.trigger_tokens) == (663, 1_991, 1_832)
+    assert Limits.of(2_654, config, hard_fit=True).target == 1_991
+    off = Limits.of(2_654, ContextConfig(compaction_notice_enabled=False))
+    assert (off.notice_reserve, off.policy_budget, off.target) == (0, 2_654, 1_327)
+
+
+@pytest.mark.parametrize("threshold", [0.07, 0.5, 0.7, 0.92, 0.99, 1.0])
+def test_trigger_tokens_are_the_fewest_used_tokens_that_reach_the_trigger(threshold: float) -> None:
+    """``trigger_tokens`` is where ``reached`` (the ordinary path's ratio) turns true, also
+    where ``compact_threshold`` x B rounds up (100 x 0.07 = 7.000000000000001)."""
+    config = ContextConfig(compact_threshold=threshold, compaction_notice_enabled=False)
+    for budget in [*range(1, 400), 2_654, 25_904, 163_904]:
+        limits = Limits.of(budget, config)
+        tokens = limits.trigger_tokens
+        assert limits.reached(tokens) and not limits.reached(tokens - 1), (budget, tokens)
+    edge = Limits.of(100, dataclasses.replace(config, compact_threshold=0.07))
+    assert (edge.trigger, edge.trigger_tokens) == (7.000000000000001, 7)

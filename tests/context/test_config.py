@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import math
 import sys
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,7 @@ import amplifier_module_context_simple as module
 from amplifier_module_context_simple import ContextConfig, SimpleContextManager
 from amplifier_module_context_simple.context import config as config_module
 from amplifier_module_context_simple.context.history.ingress import marker
+from amplifier_module_context_simple.context.store import ContextStore
 
 LOGGER = "amplifier_module_context_simple"
 
@@ -285,6 +287,57 @@ def test_setting_a_valid_attribute_later_takes_effect() -> None:
     assert cm.config.compact_threshold == 0.99
     assert cm.max_tokens == 50_000
     assert cm.config.max_tokens == 50_000
+
+
+# A valid value other than the default, for every key.
+OTHER_VALUES: dict[str, Any] = {
+    "max_tokens": 50_000,
+    "max_tokens_fallback": 100_000,
+    "compact_threshold": 0.8,
+    "target_usage": 0.4,
+    "protected_recent": 0.2,
+    "protected_tool_results": 3,
+    "truncate_chars": 100,
+    "compaction_notice_enabled": False,
+    "compaction_notice_token_reserve": 400,
+    "compaction_notice_verbosity": "verbose",
+    "compaction_notice_min_level": 2,
+    "output_reserve_fraction": 0.25,
+    "token_meter": "actual",
+    "max_tool_result_bytes": 4096,
+    "count_every_rung": True,
+    "learn_provider_limits": False,
+    "preserved_thinking": False,
+}
+
+
+LENIENT: dict[str, Any] = {"max_tokens": None, "token_meter": "estimate"}
+
+
+def test_every_configuration_key_is_an_attribute_of_the_manager() -> None:
+    """Each key of ``CONFIG_KEYS`` (every ``ContextConfig`` field) is an attribute of the
+    manager: it reads the config, a valid write replaces the config with the new value and
+    an invalid one raises, changing nothing (``max_tokens`` and ``token_meter`` warn and
+    fall back instead). The types the store declares for the type
+    checker are ``ContextConfig``'s own."""
+    assert tuple(f.name for f in dataclasses.fields(ContextConfig)) == config_module.CONFIG_KEYS
+    assert set(OTHER_VALUES) == set(config_module.CONFIG_KEYS)
+    declared = ContextStore.__annotations__
+    assert declared == {f.name: f.type for f in dataclasses.fields(ContextConfig)}
+    for key in config_module.CONFIG_KEYS:
+        cm = SimpleContextManager()
+        assert getattr(cm, key) == getattr(cm.config, key), key
+        setattr(cm, key, OTHER_VALUES[key])
+        assert getattr(cm, key) == getattr(cm.config, key) == OTHER_VALUES[key], key
+        assert cm.config == dataclasses.replace(ContextConfig(), **{key: OTHER_VALUES[key]})
+        before = cm.config
+        if key in LENIENT:  # the two documented exceptions: a warning and the fallback
+            setattr(cm, key, object())
+            assert getattr(cm, key) == LENIENT[key], key
+            continue
+        with pytest.raises(ValueError, match=key):
+            setattr(cm, key, object())
+        assert cm.config is before, key
 
 
 def test_config_object_is_immutable() -> None:

@@ -376,7 +376,7 @@ async def test_nothing_reducible_reports_the_floor_once(
     stats = events[0]
     assert stats["strategy_level"] == 8 and stats["floor_tokens"] == stats["after_tokens"]
     assert stats["messages_removed"] == stats["messages_truncated"] == 0
-    assert not manager._removed_seqs and not manager._truncated_seqs
+    assert not manager.observable_state().removed and not manager.observable_state().truncated
     assert sum("above its target" in r.getMessage() for r in caplog.records) == 1
 
 

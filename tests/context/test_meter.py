@@ -34,7 +34,7 @@ async def respond(cm: SimpleContextManager, data: Any) -> None:
 
 def reading(cm: SimpleContextManager) -> int | None:
     """The meter's reading, read afresh (mypy keeps a narrowed attribute narrowed)."""
-    return cm._last_measured_prompt_tokens
+    return cm.observable_state().measured
 
 
 def meter_stats(cm: SimpleContextManager) -> dict[str, Any]:
@@ -67,7 +67,7 @@ async def test_input_plus_cache_write() -> None:
         cm,
         {"usage": {"input_tokens": 2, "cache_write_tokens": 161_165, "cache_read_tokens": 9}},
     )
-    assert cm._last_measured_prompt_tokens == 161_167
+    assert cm.observable_state().measured == 161_167
 
 
 @pytest.mark.anyio
@@ -75,10 +75,10 @@ async def test_latest_reading_replaces() -> None:
     """Each valid reading replaces the previous one (not cumulative)."""
     cm = SimpleContextManager()
     await respond(cm, {"usage": {"input_tokens": 500}})
-    assert cm._last_measured_prompt_tokens == 500
+    assert cm.observable_state().measured == 500
     await respond(cm, {"usage": {"input_tokens": 100}})
     await respond(cm, {"usage": {"input_tokens": 250}})
-    assert cm._last_measured_prompt_tokens == 250
+    assert cm.observable_state().measured == 250
 
 
 @pytest.mark.anyio
@@ -86,9 +86,9 @@ async def test_usage_as_an_amplifier_core_model() -> None:
     """Usage given as amplifier-core's Usage model is read by attribute."""
     cm = SimpleContextManager()
     await respond(cm, {"usage": usage_model(2, cache_write_tokens=161_165)})
-    assert cm._last_measured_prompt_tokens == 161_167
+    assert cm.observable_state().measured == 161_167
     await respond(cm, {"usage": usage_model(40)})  # cache_write_tokens None: input only
-    assert cm._last_measured_prompt_tokens == 40
+    assert cm.observable_state().measured == 40
 
 
 @pytest.mark.anyio
@@ -96,9 +96,9 @@ async def test_usage_as_a_plain_object() -> None:
     """Any object with the attributes works; a missing cache_write_tokens counts as 0."""
     cm = SimpleContextManager()
     await respond(cm, {"usage": types.SimpleNamespace(input_tokens=7, cache_write_tokens=3)})
-    assert cm._last_measured_prompt_tokens == 10
+    assert cm.observable_state().measured == 10
     await respond(cm, {"usage": types.SimpleNamespace(input_tokens=8)})
-    assert cm._last_measured_prompt_tokens == 8
+    assert cm.observable_state().measured == 8
 
 
 INVALID_DATA: list[Any] = [
@@ -132,7 +132,7 @@ async def test_invalid_readings_are_ignored(data: Any) -> None:
     cm = SimpleContextManager()
     await respond(cm, {"usage": {"input_tokens": 77}})
     await respond(cm, data)
-    assert cm._last_measured_prompt_tokens == 77
+    assert cm.observable_state().measured == 77
 
 
 def test_reading_from_usage_pure() -> None:
@@ -150,7 +150,7 @@ async def test_recording_in_both_modes() -> None:
     for mode in ("estimate", "actual"):
         cm = SimpleContextManager(token_meter=mode)
         await respond(cm, {"usage": {"input_tokens": 12}})
-        assert cm._last_measured_prompt_tokens == 12
+        assert cm.observable_state().measured == 12
 
 
 @asyncio_only
@@ -160,7 +160,7 @@ async def test_real_emit_with_a_dumped_usage_model() -> None:
     coordinator, context, _ = await mounted({})
     usage = usage_model(2, cache_write_tokens=161_165).model_dump()
     await coordinator.hooks.emit("llm:response", {"usage": usage})
-    assert context._last_measured_prompt_tokens == 161_167
+    assert context.observable_state().measured == 161_167
     await coordinator.cleanup()
 
 
@@ -210,7 +210,7 @@ async def test_estimate_mode_ignores_a_huge_measurement() -> None:
     estimate = await history_estimate()
     budget = estimate * 10
     cm = await gated("estimate", budget * 9, threshold=0.5, budget=budget)
-    assert cm._last_compaction_stats is None
+    assert cm.last_compaction_stats is None
     stats = meter_stats(cm)
     assert stats["mode"] == "estimate"
     assert stats["source"] == "estimate"
@@ -225,7 +225,7 @@ async def test_actual_mode_gates_on_the_measurement() -> None:
     budget = estimate * 10
     measured = int(budget * 0.9)
     cm = await gated("actual", measured, threshold=0.5, budget=budget)
-    assert cm._last_compaction_stats is not None
+    assert cm.last_compaction_stats is not None
     stats = meter_stats(cm)
     assert stats["source"] == "measured"
     assert stats["used_tokens"] == measured
@@ -239,9 +239,9 @@ async def test_actual_mode_low_measurement_prevents_compaction() -> None:
     estimate = await history_estimate()
     budget = estimate * 10
     compacting = await gated("estimate", None, threshold=0.05, budget=budget)
-    assert compacting._last_compaction_stats is not None
+    assert compacting.last_compaction_stats is not None
     cm = await gated("actual", 100, threshold=0.05, budget=budget)
-    assert cm._last_compaction_stats is None
+    assert cm.last_compaction_stats is None
     assert meter_stats(cm)["used_tokens"] == 100
 
 
@@ -267,15 +267,15 @@ async def test_claim_foreground_usage() -> None:
     cm = SimpleContextManager(token_meter="actual")
     await cm.add_message({"role": "user", "content": "hello"})
     await respond(cm, {"usage": {"input_tokens": 17}})
-    assert cm._last_measured_prompt_tokens == 17
+    assert cm.observable_state().measured == 17
     recorder = cm.claim_foreground_usage()
     assert reading(cm) is None
     assert recorder(input_tokens=20, cache_write_tokens=3) is True
     assert reading(cm) == 23
     await respond(cm, {"usage": {"input_tokens": 999}})
-    assert cm._last_measured_prompt_tokens == 23
+    assert cm.observable_state().measured == 23
     assert recorder(input_tokens=True) is False
-    assert cm._last_measured_prompt_tokens == 23
+    assert cm.observable_state().measured == 23
     await cm.get_messages_for_request()
     stats = meter_stats(cm)
     assert stats["source"] == "owned_stale"
@@ -306,7 +306,7 @@ def test_recorder_rejects_invalid_values(kwargs: dict[str, Any]) -> None:
     recorder = cm.claim_foreground_usage()
     assert recorder(input_tokens=5) is True
     assert recorder(**kwargs) is False
-    assert cm._last_measured_prompt_tokens == 5
+    assert cm.observable_state().measured == 5
     assert cm._meter.stale is True
 
 
@@ -323,9 +323,9 @@ def test_second_claim_keeps_the_reading() -> None:
     first = cm.claim_foreground_usage()
     assert first(input_tokens=11) is True
     second = cm.claim_foreground_usage()
-    assert cm._last_measured_prompt_tokens == 11
+    assert cm.observable_state().measured == 11
     assert second(input_tokens=12) is True
-    assert cm._last_measured_prompt_tokens == 12
+    assert cm.observable_state().measured == 12
 
 
 @pytest.mark.anyio
@@ -335,9 +335,9 @@ async def test_clear_keeps_a_claim_and_marks_it_stale() -> None:
     recorder = cm.claim_foreground_usage()
     recorder(input_tokens=50)
     await cm.clear()
-    assert cm._last_measured_prompt_tokens is None
+    assert cm.observable_state().measured is None
     await respond(cm, {"usage": {"input_tokens": 999}})
-    assert cm._last_measured_prompt_tokens is None
+    assert cm.observable_state().measured is None
     assert cm._meter.stale is True
 
 
@@ -363,7 +363,7 @@ async def test_stats_set_on_every_request() -> None:
     first = meter_stats(cm)
     assert first is cm._last_token_meter_stats
     assert set(first) >= STATS_KEYS
-    assert cm._last_compaction_stats is None
+    assert cm.last_compaction_stats is None
     assert first["budget"] == 200_000 - 800
     assert first["ratio"] == pytest.approx(first["used_tokens"] / first["budget"])
     await cm.get_messages_for_request()

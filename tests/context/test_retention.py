@@ -200,7 +200,7 @@ async def test_irreducible_required_content_fails_closed(anyio_backend: str) -> 
                 retain_contents=[huge], hard_fit=hard_fit
             )
         assert snapshot(manager).identical(state)
-        assert not manager._removed_seqs and not manager._stubbed_seqs
+        assert not manager.observable_state().removed and not manager.observable_state().stubbed
         assert not hooks.events
     assert await manager.get_messages() == stored
     kept = await manager.get_messages_for_request_retaining(retain_contents=[BODY])
@@ -274,8 +274,12 @@ async def test_hard_fit_with_unremovable_state_fails_without_trace(anyio_backend
     with pytest.raises(ContextLengthError):
         await manager.get_messages_for_request_retaining(retain_contents=[], hard_fit=True)
     assert manager.last_compaction_stats is None and manager.last_token_meter_stats is None
-    assert manager._sticky_level == 0
-    assert not (manager._removed_seqs or manager._truncated_seqs or manager._stubbed_seqs)
+    assert manager.observable_state().level == 0
+    assert not (
+        manager.observable_state().removed
+        or manager.observable_state().truncated
+        or manager.observable_state().stubbed
+    )
     assert not hooks.events
 
 
@@ -381,7 +385,7 @@ async def test_hard_fit_keeps_new_turns_and_old_removals(anyio_backend: str) -> 
     messages = history()
     manager = await manager_for(messages, protected_tool_results=1)
     await manager.get_messages_for_request(token_budget=2_000)
-    removed = set(manager._removed_seqs)
+    removed = set(manager.observable_state().removed)
     assert removed
     new = [
         human("new question " + PROSE),
@@ -395,7 +399,7 @@ async def test_hard_fit_keeps_new_turns_and_old_removals(anyio_backend: str) -> 
     )
     check_view_invariants([*messages, *new], view, retained=[BODY], budget=1_500)
     assert all(message in view for message in new)
-    assert removed <= manager._removed_seqs
+    assert removed <= manager.observable_state().removed
 
 
 # -- the system prompt factory --------------------------------------------------------------------

@@ -162,7 +162,7 @@ async def test_sticky_view_kept_below_threshold(anyio_backend: str) -> None:
     for index in range(8):
         await session.add(*turn(index))
     view, _ = await session.request()
-    assert session.manager._removed_seqs
+    assert session.manager.observable_state().removed
     session.manager.compact_threshold = 0.99
     again, emitted = await session.request(token_budget=1_000_000)
     assert again == view and not emitted
@@ -184,18 +184,22 @@ async def test_set_messages_and_clear_reset_sticky_state(anyio_backend: str) -> 
         return manager.last_compaction_stats
 
     stats = committed()
-    assert manager._removed_seqs and stats is not None
+    assert manager.observable_state().removed and stats is not None
     await manager.set_messages(await manager.get_messages())
-    assert committed() is stats and manager._removed_seqs
+    assert committed() is stats and manager.observable_state().removed
     await manager.set_messages(replaced(await manager.get_messages()))
-    assert not (manager._removed_seqs or manager._truncated_seqs or manager._stubbed_seqs)
-    assert manager._sticky_level == 0 and committed() is None
+    assert not (
+        manager.observable_state().removed
+        or manager.observable_state().truncated
+        or manager.observable_state().stubbed
+    )
+    assert manager.observable_state().level == 0 and committed() is None
     await manager.get_messages_for_request()
     assert committed() is not None
     await manager.clear()
     assert await manager.get_messages() == []
-    assert manager._sticky_level == 0 and committed() is None
-    assert not manager._removed_seqs
+    assert manager.observable_state().level == 0 and committed() is None
+    assert not manager.observable_state().removed
 
 
 # -- storms --------------------------------------------------------------------------------------

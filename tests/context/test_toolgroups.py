@@ -276,7 +276,7 @@ async def test_growth_cycles_never_orphan(anyio_backend: str) -> None:
         check_view_invariants(admitted, view, truncate_chars=manager.truncate_chars)
         declared, answered = shown_ids(view)
         assert declared == answered
-    assert manager._removed_seqs
+    assert manager.observable_state().removed
 
 
 async def test_human_text_next_to_results_is_never_removed(anyio_backend: str) -> None:

@@ -110,4 +110,4 @@ async def test_only_an_irreducible_set_over_the_limit_fails_closed() -> None:
             fit_output=provider.fit_output,
         )
     assert manager.last_compaction_stats is None
-    assert not manager._removed_seqs and not manager._truncated_seqs
+    assert not manager.observable_state().removed and not manager.observable_state().truncated

@@ -204,7 +204,7 @@ async def test_target_reached(anyio_backend: str) -> None:
     assert txn.stats["measurement_source"] == SOURCE
     assert txn.stats["outcome"] == "target_reached"
     assert txn.stats["count_calls"] == result["count_calls"]
-    assert not context._truncated_seqs  # staged, not committed
+    assert not context.observable_state().truncated  # staged, not committed
 
 
 @pytest.mark.anyio
@@ -519,7 +519,7 @@ async def test_reduced_output_with_changes(skip: bool, anyio_backend: str) -> No
     result = await measured(context, Script(constant(900, estimated=1001)), Fit(fitted_envelope()))
     staged = result["transaction"].stats
     assert await result["transaction"].commit() is True
-    assert context.last_compaction_stats is staged and context._removed_seqs
+    assert context.last_compaction_stats is staged and context.observable_state().removed
     events = recorder.named("context:compaction")
     assert len(events) == 1 and events[0]["outcome"] == "reduced_output"
 
@@ -622,7 +622,7 @@ async def seeded_store(backend: str, **config: Any) -> tuple[SimpleContextManage
     """A store with a committed ordinary compaction (so there is a stats object to keep)."""
     context, recorder = await ref_store(backend, count_every_rung=True, **config)
     await context.get_messages_for_request(token_budget=930)
-    assert context.last_compaction_stats is not None and context._removed_seqs
+    assert context.last_compaction_stats is not None and context.observable_state().removed
     return context, recorder
 
 
@@ -804,7 +804,7 @@ async def test_developer_messages_are_protected_in_the_fallback(anyio_backend: s
     assert result["transaction"].has_changes
     assert all(any(m["role"] == "developer" for m in view) for view in script.views)
     assert await result["transaction"].commit()
-    assert 1 not in context._removed_seqs
+    assert 1 not in context.observable_state().removed
 
 
 class WindowProvider:

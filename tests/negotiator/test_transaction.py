@@ -520,7 +520,10 @@ async def test_ready_transaction_is_invisible_to_ordinary_requests(anyio_backend
     assert snapshot(context).differences(before) == ["meter", "meter_ref"]
     assert txn.state is S.READY
     assert await txn.commit() is True
-    assert context._decisions is machine.staged.decisions and context._removed_seqs != frozenset()
+    assert (
+        context._decisions is machine.staged.decisions
+        and context.observable_state().removed != frozenset()
+    )
     assert context.last_compaction_stats is txn.stats
 
 

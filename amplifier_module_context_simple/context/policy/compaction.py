@@ -58,8 +58,8 @@ class FloorMark:
     """A reported protected floor: what it was reported for, and how large it was."""
 
     epoch: int
-    effective: int
-    """The effective budget of the request that reported it."""
+    policy_budget: int
+    """The policy budget of the request that reported it (``Limits.policy_budget``)."""
     target: int
     tokens: int
     """The view's estimate at the floor."""
@@ -253,12 +253,6 @@ class Compactor:
             forms.add(key)
         return form
 
-    def target(self, plan: RequestPlan) -> int:
-        """The target of an ordinary request: the whole budget for hard fit."""
-        if plan.hard_fit:
-            return plan.effective
-        return int(plan.effective * self._config().target_usage)
-
     def compacting(
         self,
         history: History,
@@ -284,7 +278,7 @@ class Compactor:
         the budget would be reduced again, with another rewrite, on the next request.
         Hard-fit requests always run, and reduce only as far as the budget.
         """
-        target = self.target(plan)
+        target = plan.limits.target
         ladder = yield from self.laddering(
             history,
             plan,
@@ -318,7 +312,7 @@ class Compactor:
                 reason="hard_fit_over_budget",
             )
         mark = (
-            FloorMark(plan.epoch, plan.effective, target, ladder.total, plan.length)
+            FloorMark(plan.epoch, plan.limits.policy_budget, target, ladder.total, plan.length)
             if over
             else None
         )
@@ -366,10 +360,11 @@ class Compactor:
         """
         if floor is None or plan.hard_fit:
             return False
-        if (floor.epoch, floor.effective, floor.target) != (
+        limits = plan.limits
+        if (floor.epoch, floor.policy_budget, floor.target) != (
             plan.epoch,
-            plan.effective,
-            self.target(plan),
+            limits.policy_budget,
+            limits.target,
         ):
             return False
         if floor.length == plan.length:
@@ -404,7 +399,7 @@ class Compactor:
             user_messages_stubbed=len(staged.stubbed),
             system_messages_preserved=system_count,
             strategy_level=staged.level,
-            budget=plan.effective,
+            budget=plan.limits.policy_budget,
             target_tokens=target,
             protected_recent=config.protected_recent,
             protected_tool_results=config.protected_tool_results,

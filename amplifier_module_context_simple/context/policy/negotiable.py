@@ -107,12 +107,14 @@ class Negotiable:
         self._link = link
         self._plan = plan
         self._claimed = False
-        config = policy.config
-        self.trigger: float = plan.effective * config.compact_threshold
-        """Counts at or above this compact."""
-        self.target: int = int(plan.effective * config.target_usage)
-        self.policy_budget: int = plan.effective
-        self.skip_counts: bool = not config.count_every_rung
+        limits = plan.limits
+        self.trigger: float = limits.trigger
+        """Counts at or above this compact (``Limits.trigger``)."""
+        self.target: int = limits.target
+        """What the rungs aim a count at (``Limits.target``)."""
+        self.policy_budget: int = limits.policy_budget
+        """B, the budget less the notice reserve (``Limits.policy_budget``)."""
+        self.skip_counts: bool = not policy.config.count_every_rung
         self._developers: frozenset[int] = frozenset()
         self._ladder: Ladder | None = None
         self._stats_target = self.target
@@ -248,7 +250,7 @@ class Negotiable:
         policy, plan = self._policy, self._plan
         if not policy.compaction_due(plan, self.base.estimate):
             return None
-        target = policy.target(plan)
+        target = plan.limits.target
         ladder = yield from policy.laddering(
             plan, plan.decisions, target=target, extra_protected=self._developers
         )
@@ -273,7 +275,10 @@ class Negotiable:
         )
         kept = yield from rendered.prefix_keeping(candidate.view)
         stats = stats.measured(
-            self.base.estimate, trigger=self.trigger, policy_budget=plan.effective, **measurement
+            self.base.estimate,
+            trigger=self.trigger,
+            policy_budget=self.policy_budget,
+            **measurement,
         ).with_prefix(*kept)
         decisions = dataclasses.replace(
             candidate.decisions,

@@ -1,7 +1,9 @@
-"""What one request decided before it touched the view: an immutable snapshot."""
+"""What one request decided before it touched the view: an immutable snapshot, and the
+budget arithmetic every path of it reads (``Limits``)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -13,7 +15,7 @@ from ..history.history import History
 from ..ladder.decisions import Decisions
 from ..rendering.thinking import DEFAULT_RULE, Ranges, ThinkingRule, thinking_rule
 
-__all__ = ("RequestArgs", "RequestPlan", "notice_reserve", "protected_seqs")
+__all__ = ("Limits", "RequestArgs", "RequestPlan", "notice_reserve", "protected_seqs")
 
 
 def notice_reserve(configured: int, budget: int) -> int:
@@ -24,6 +26,76 @@ def notice_reserve(configured: int, budget: int) -> int:
     (``RequestPolicy.noticing``).
     """
     return min(configured, budget // 4)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One request's budget arithmetic, computed once (``Limits.of``), with one name per
+    quantity. Every path reads it from its plan (``RequestPlan.limits``): the ordinary
+    path's trigger and ladder, the negotiated path's trigger and target, the compaction
+    stats and the meter stats, the floor mark, and the replay's report (``cli/runs.py``).
+
+    Compaction starts at ``compact_threshold`` x B and goes down to ``target_usage`` x B,
+    where B (``policy_budget``) is the budget less the notice reserve.
+    """
+
+    budget: int
+    """The whole budget: what a view with its notice must fit. It is the
+    ``effective_budget`` of the ``context:budget`` payload (``derive_budget``, after a
+    learned provider limit), the only quantity that name means."""
+    notice_reserve: int
+    """The room kept for the compaction notice (``notice_reserve``: the configured reserve,
+    at most a quarter of the budget; 0 when notices are off)."""
+    policy_budget: int
+    """B = ``budget - notice_reserve``: what the trigger and the target are fractions of
+    (the ``policy_budget`` of a negotiated request's result and stats, the ``budget`` of
+    the compaction stats and of the meter stats)."""
+    compact_threshold: float
+    """The trigger as a fraction of B (the configuration key)."""
+    trigger: float
+    """``compact_threshold`` x B: a provider count at or above it compacts (the negotiated
+    path; its result's and stats' ``trigger``)."""
+    target: int
+    """What a compaction climbs down to: ``int(target_usage x B)``; for hard fit, all of
+    B."""
+
+    @classmethod
+    def of(cls, budget: int, config: ContextConfig, *, hard_fit: bool = False) -> Limits:
+        """The limits of a request with this ``budget`` under ``config``."""
+        reserve = 0
+        if config.compaction_notice_enabled:
+            reserve = notice_reserve(config.compaction_notice_token_reserve, budget)
+        policy_budget = budget - reserve
+        threshold = config.compact_threshold
+        return cls(
+            budget=budget,
+            notice_reserve=reserve,
+            policy_budget=policy_budget,
+            compact_threshold=threshold,
+            trigger=policy_budget * threshold,
+            target=policy_budget if hard_fit else int(policy_budget * config.target_usage),
+        )
+
+    def reached(self, used: int) -> bool:
+        """Whether ``used`` tokens reach the trigger on the ordinary path (the meter's reading
+        or our estimate, ``RequestPolicy.compaction_due``): ``used / B >= compact_threshold``.
+
+        The same threshold as ``trigger``, compared as a ratio: where B x threshold rounds
+        up (100 x 0.07 is 7.000000000000001) a count of ``trigger_tokens`` reaches it here
+        and not on the negotiated path, which compares with ``trigger``.
+        """
+        return self.policy_budget > 0 and used / self.policy_budget >= self.compact_threshold
+
+    @property
+    def trigger_tokens(self) -> int:
+        """The fewest used tokens that compact on the ordinary path (``reached``): what the
+        replay reports as its trigger."""
+        tokens = math.ceil(self.trigger)
+        while tokens > 0 and self.reached(tokens - 1):
+            tokens -= 1
+        while tokens < self.policy_budget and not self.reached(tokens):
+            tokens += 1
+        return tokens
 
 
 def protected_seqs(history: History, retain: Sequence[str]) -> frozenset[int]:
@@ -62,9 +134,8 @@ class RequestPlan:
     """Everything one request decided before touching the view (an immutable snapshot)."""
 
     provenance: dict[str, Any]
-    budget: int
-    effective: int
-    """The budget compaction works against: ``budget`` minus the notice reserve."""
+    limits: Limits
+    """The request's budget, notice reserve, policy budget, trigger and target."""
     factory_text: str | None
     history: History
     """The history the request sees (its first ``length`` entries). Planning reads this
@@ -106,6 +177,11 @@ class RequestPlan:
     turns' thinking: ``thinking.PriorThinking``); the view's estimate leaves it out."""
 
     @property
+    def budget(self) -> int:
+        """The whole budget (``Limits.budget``): what a view with its notice must fit."""
+        return self.limits.budget
+
+    @property
     def preserved_thinking(self) -> bool:
         return self.thinking.preserved
 
@@ -142,13 +218,9 @@ class RequestPlan:
                 if limit is not None and limit.window != window:
                     limit = None
         budget: int = provenance["effective_budget"]
-        effective = budget
-        if config.compaction_notice_enabled:
-            effective = budget - notice_reserve(config.compaction_notice_token_reserve, budget)
         return cls(
             provenance=provenance,
-            budget=budget,
-            effective=effective,
+            limits=Limits.of(budget, config, hard_fit=args.hard_fit),
             factory_text=args.factory_text,
             history=history,
             length=len(history),

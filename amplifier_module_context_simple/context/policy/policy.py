@@ -130,7 +130,7 @@ class RequestPolicy:
             "omitted_tool_calls": omitted,
         }
         # its room is reserved: a view growing towards the trigger still has it
-        room = min(room, plan.budget - plan.effective)
+        room = min(room, plan.limits.notice_reserve)
         notice: tuple[dict[str, Any], int] | None = None
         for verbosity in dict.fromkeys((config.compaction_notice_verbosity, "minimal")):
             notice = _fitting_notice(facts, verbosity, room, config.compaction_notice_token_reserve)
@@ -222,16 +222,12 @@ class RequestPolicy:
 
     def compaction_due(self, plan: RequestPlan, estimated: int) -> bool:
         """Whether a request whose view we estimate at ``estimated`` tokens compacts: the
-        trigger (``compact_threshold`` of the effective budget, on the meter's reading in
-        actual mode), and always when a retaining or hard-fit view is over the effective
-        budget."""
-        used = self.used_tokens(estimated)
-        due = plan.effective > 0 and used / plan.effective >= self._config().compact_threshold
-        return due or ((plan.retained or plan.hard_fit) and estimated > plan.effective)
-
-    def target(self, plan: RequestPlan) -> int:
-        """The target of an estimate-driven request: the whole budget for hard fit."""
-        return self.compactor.target(plan)
+        trigger (``Limits.reached``: ``compact_threshold`` of the policy budget, on the
+        meter's reading in actual mode), and always when a retaining or hard-fit view is
+        over the policy budget."""
+        limits = plan.limits
+        due = limits.reached(self.used_tokens(estimated))
+        return due or ((plan.retained or plan.hard_fit) and estimated > limits.policy_budget)
 
     # -- the ladder ---------------------------------------------------------------------
 
