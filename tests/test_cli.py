@@ -22,7 +22,7 @@ from amplifier_module_context_simple.context.counting.estimate import (
     estimate_message,
     estimate_text,
 )
-from amplifier_module_context_simple.provider_rules import Dialect, check_provider_valid
+from amplifier_module_context_simple.testing.provider_rules import Dialect, check_provider_valid
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "examples" / "sample-transcript.jsonl"

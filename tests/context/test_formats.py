@@ -277,9 +277,10 @@ def test_results_first_drops_orphans_and_moves_results_before_text() -> None:
 FORMAT_KEYS = frozenset(
     {"tool_use", "tool_use_id", "tool_result", "tool_calls", "tool_call_id", "tool_call"}
 )
-# Modules that may name a format's keys: the format classes themselves, the independent
-# provider-rules oracle and the test-message builders.
-MAY_NAME_FORMAT_KEYS = ("context/formats/", "provider_rules.py", "testing/")
+# Modules that may name a format's keys: the format classes themselves and the test
+# support (the independent provider-rules oracle, ``testing/provider_rules.py``, and the
+# test-message builders).
+MAY_NAME_FORMAT_KEYS = ("context/formats/", "testing/")
 # Other modules that keep one, and why: the ingress event's payload has a ``tool_call_id``
 # field of its own (a published event schema, not a message key).
 KEEP_A_FORMAT_KEY = ["context/history/ingress.py"]
