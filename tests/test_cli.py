@@ -350,17 +350,14 @@ def _sample_transcript() -> Any:
 
 
 def _results_have_their_calls(view: list[Any]) -> bool:
-    from amplifier_module_context_simple.context.history.classify import (
-        carried_result_ids,
-        declared_call_ids,
-    )
+    from amplifier_module_context_simple.context.formats import tool_ids
 
     declared: set[str] = set()
     for message in view:
-        results, _ = carried_result_ids(message)
+        calls, results, _ = tool_ids(message)
         if not set(results) <= declared:
             return False
-        declared |= set(declared_call_ids(message))
+        declared |= set(calls)
     return True
 
 
