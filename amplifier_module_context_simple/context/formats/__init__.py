@@ -20,8 +20,8 @@ The API, one function per question asked of a message (docs/design.md section 6)
   rebuilds the carrier itself (``ToolFormat``'s methods);
 - its views' rewrites: ``rename_calls``, ``rename_results`` (reused ids), ``results_first``
   (a turn that answers calls begins with its results);
-- its estimate: ``count_message`` (every tool field, around its content, in the order a
-  provider is sent them), ``has_call_lists`` and ``same_tool_fields`` (the estimator's
+- its estimate: ``count_message`` (its message-level result ids, its content through the
+  counter, its call lists), ``has_call_lists`` and ``same_tool_fields`` (the estimator's
   shortcuts; ``RESULT_ID_KEYS``);
 - its validation: ``message_fields_error``, ``block_roles_error`` (and ``BLOCK_ID_KEYS``).
 
