@@ -24,7 +24,7 @@ from amplifier_module_context_simple.context.counting.estimate import (
     estimate_text,
 )
 from amplifier_module_context_simple.context.ladder.rungs import RUNGS
-from amplifier_module_context_simple.provider_rules import Dialect, check_provider_valid
+from amplifier_module_context_simple.testing.provider_rules import Dialect, check_provider_valid
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "examples" / "sample-transcript.jsonl"
@@ -419,17 +419,14 @@ def _sample_transcript() -> Any:
 
 
 def _results_have_their_calls(view: list[Any]) -> bool:
-    from amplifier_module_context_simple.context.history.classify import (
-        carried_result_ids,
-        declared_call_ids,
-    )
+    from amplifier_module_context_simple.context.formats import tool_ids
 
     declared: set[str] = set()
     for message in view:
-        results, _ = carried_result_ids(message)
+        calls, results, _ = tool_ids(message)
         if not set(results) <= declared:
             return False
-        declared |= set(declared_call_ids(message))
+        declared |= set(calls)
     return True
 
 

@@ -7,15 +7,19 @@ meets (OpenAI, Amplifier, Anthropic blocks) and in mixes of them.
 
 from __future__ import annotations
 
+import ast
 import pickle
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from amplifier_core.message_models import ToolCall, ToolCallBlock, ToolResultBlock
 
-from amplifier_module_context_simple.provider_rules import (
+from amplifier_module_context_simple.testing import provider_rules, thinking_oracle
+from amplifier_module_context_simple.testing.provider_rules import (
     CODES,
     Dialect,
     ProviderRuleError,
@@ -636,3 +640,21 @@ def test_images_of_an_anthropic_result_move_to_a_user_message_for_openai() -> No
     ]
     assert provider_violations(view, "openai") == []
     assert provider_violations(view, "anthropic") == []
+
+
+@pytest.mark.parametrize("oracle", [provider_rules, thinking_oracle], ids=lambda m: m.__name__)
+def test_the_oracles_import_only_the_standard_library(oracle: Any) -> None:
+    """They share no code with the runtime they check: no import of this package (relative
+    or absolute) and nothing outside the standard library."""
+    assert oracle.__file__ is not None
+    tree = ast.parse(Path(oracle.__file__).read_text(encoding="utf-8"))
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"relative import from {node.module!r}"
+            assert node.module is not None
+            imported.add(node.module)
+    roots = {name.split(".")[0] for name in imported}
+    assert roots <= set(sys.stdlib_module_names) | {"__future__"}, roots

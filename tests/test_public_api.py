@@ -247,6 +247,17 @@ def imports_of(path: Path) -> set[str]:
     return found
 
 
+def test_the_runtime_never_imports_the_test_support() -> None:
+    """The oracles in ``testing/`` share no code with what they check, either way: no module
+    outside ``testing/`` and the replay (``cli/``) imports them."""
+    for path in PACKAGE_DIR.rglob("*.py"):
+        part = path.relative_to(PACKAGE_DIR).parts[0]
+        if part in ("testing", "cli"):
+            continue
+        bad = {name for name in imports_of(path) if ".testing" in name}
+        assert not bad, f"{path.name} imports {bad}"
+
+
 def test_context_never_imports_the_negotiator() -> None:
     for path in (PACKAGE_DIR / "context").rglob("*.py"):
         bad = {name for name in imports_of(path) if ".negotiator" in name}

@@ -39,8 +39,8 @@ from anyio.lowlevel import checkpoint
 
 from amplifier_module_context_simple import ContextLengthError, SimpleContextManager
 from amplifier_module_context_simple.context.counting.estimate import estimate_message
-from amplifier_module_context_simple.provider_rules import provider_violations
 from amplifier_module_context_simple.testing import check_view_invariants
+from amplifier_module_context_simple.testing.provider_rules import provider_violations
 from tests.realdata import conversations, with_result_removed
 from tests.support import provider_count_envelope
 

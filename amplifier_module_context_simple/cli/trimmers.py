@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from ..context.counting.estimate import estimate_message
-from ..context.history.classify import carried_result_ids, declared_call_ids
+from ..context.formats import tool_ids
 from .bill import Measure
 
 __all__ = (
@@ -41,14 +41,14 @@ def _units(messages: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]
     for message in messages:
         if message.get("role") == "system":
             continue
-        results, only_results = carried_result_ids(message)
+        calls, results, only_results = tool_ids(message)
         if results and units and open_calls.intersection(results):
             units[-1].append(message)
             continue
         if results and only_results:
             continue  # answers no call of the unit before it
         units.append([message])
-        open_calls = set(declared_call_ids(message))
+        open_calls = set(calls)
     return units
 
 

@@ -20,7 +20,11 @@ also the only test support of this project's own suite. One module per concern:
   ``check_isolation``;
 - ``sweeps`` and ``steps``: ``sweep`` (a fault at every await point, each outcome judged
   against the no-fault reference run, retries compared with it, events included) and
-  ``step_sweep`` (a trio cancellation before every scheduler step).
+  ``step_sweep`` (a trio cancellation before every scheduler step);
+- ``provider_rules`` and ``thinking_oracle``: the two independent oracles (the providers'
+  tool-use request rules, ``check_provider_valid``; the preserved-thinking prefix rule,
+  ``PrefixLedger``). They import only the standard library, share no code with the runtime
+  they check, and are imported by their module path (nothing here re-exports them).
 
 Only anyio and the standard library are imported at import time (never pytest or
 hypothesis); asyncio and trio are imported when a mode that needs them is used.

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from ..context.counting.estimate import estimate_message
-from ..provider_rules import Dialect, provider_violations
 from .layout import Slot, _Layout, _layout
 from .messages import (
     _HIDDEN,
@@ -34,6 +33,7 @@ from .messages import (
     is_notice,
     reduced_kind,
 )
+from .provider_rules import Dialect, provider_violations
 from .state import freeze, snapshot
 
 if TYPE_CHECKING:

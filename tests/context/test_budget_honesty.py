@@ -19,13 +19,13 @@ from anyio.lowlevel import checkpoint
 from amplifier_module_context_simple import ContextLengthError, SimpleContextManager
 from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from amplifier_module_context_simple.context.rendering.notice import notice_message
-from amplifier_module_context_simple.provider_rules import check_provider_valid
 from amplifier_module_context_simple.testing import (
     call_ids,
     check_view_invariants,
     is_notice,
     strip_notice,
 )
+from amplifier_module_context_simple.testing.provider_rules import check_provider_valid
 from tests.context.strategies import calls, fill, result_ids_of, results
 
 pytestmark = pytest.mark.anyio

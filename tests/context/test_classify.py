@@ -13,11 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from amplifier_module_context_simple import SimpleContextManager
-from amplifier_module_context_simple.context.history.classify import (
-    carried_result_ids,
-    classify,
-    declared_call_ids,
-)
+from amplifier_module_context_simple.context.formats import tool_ids
+from amplifier_module_context_simple.context.history.classify import classify
 from amplifier_module_context_simple.testing import check_view_invariants
 from tests.context.strategies import histories
 
@@ -157,7 +154,7 @@ def test_call_ids_openai_style() -> None:
             {"id": "call_b", "type": "function", "function": {"name": "f", "arguments": "{}"}},
         ],
     }
-    assert declared_call_ids(message) == ("call_b", "call_a")
+    assert tool_ids(message).calls == ("call_b", "call_a")
 
 
 def test_call_ids_amplifier_stored_style() -> None:
@@ -167,13 +164,13 @@ def test_call_ids_amplifier_stored_style() -> None:
         "content": "",
         "tool_calls": [{"id": "amp_1", "tool": "read", "arguments": {"path": "a"}}],
     }
-    assert declared_call_ids(message) == ("amp_1",)
+    assert tool_ids(message).calls == ("amp_1",)
 
 
 def test_call_ids_tool_call_id_key_fallback() -> None:
     """A call carrying ``tool_call_id`` instead of ``id`` is still declared."""
     message = {"role": "assistant", "tool_calls": [{"tool_call_id": "x1", "tool": "t"}]}
-    assert declared_call_ids(message) == ("x1",)
+    assert tool_ids(message).calls == ("x1",)
 
 
 def test_call_ids_anthropic_blocks() -> None:
@@ -186,19 +183,20 @@ def test_call_ids_anthropic_blocks() -> None:
             {"type": "tool_call", "id": "tc_2", "name": "ls", "input": {}},
         ],
     }
-    assert declared_call_ids(message) == ("toolu_1", "tc_2")
+    assert tool_ids(message).calls == ("toolu_1", "tc_2")
 
 
 def test_only_assistants_declare_calls() -> None:
     """A user message quoting a tool_use block declares nothing; junk ids are ignored."""
-    assert declared_call_ids(user([{"type": "tool_use", "id": "toolu_1"}])) == ()
+    assert tool_ids(user([{"type": "tool_use", "id": "toolu_1"}])).calls == ()
     junk = {"role": "assistant", "tool_calls": [{"id": 5}, {"id": ""}, {"tool": "t"}]}
-    assert declared_call_ids(junk) == ()
+    assert tool_ids(junk).calls == ()
 
 
 def test_result_ids_tool_message() -> None:
     """A ``tool`` message carries its ``tool_call_id`` and nothing else."""
-    assert carried_result_ids({"role": "tool", "tool_call_id": "c1", "content": "x"}) == (
+    assert tool_ids({"role": "tool", "tool_call_id": "c1", "content": "x"}) == (
+        (),
         ("c1",),
         True,
     )
@@ -213,16 +211,16 @@ def test_result_ids_anthropic_blocks() -> None:
             {"type": "tool_result", "tool_call_id": "toolu_1", "content": "a"},
         ]
     )
-    assert carried_result_ids(only) == (("toolu_2", "toolu_1"), True)
+    assert tool_ids(only) == ((), ("toolu_2", "toolu_1"), True)
     mixed = user(
         [
             {"type": "tool_result", "tool_use_id": "toolu_3", "content": "c"},
             {"type": "text", "text": "and now do this"},
         ]
     )
-    assert carried_result_ids(mixed) == (("toolu_3",), False)
+    assert tool_ids(mixed) == ((), ("toolu_3",), False)
     assert classify(mixed).is_human and not classify(only).is_human
-    assert carried_result_ids({"role": "assistant", "content": only["content"]}) == ((), False)
+    assert tool_ids({"role": "assistant", "content": only["content"]}) == ((), (), False)
 
 
 # -- classification as the store uses it -----------------------------------------------------

@@ -27,15 +27,11 @@ from amplifier_module_context_simple.context.formats import (
     answered_calls,
     block_format,
     block_roles_error,
-    call_block_format,
     called_tools,
-    carried_result_ids,
-    declared_call_ids,
-    has_anonymous_results,
-    listed_call_ids,
     message_fields_error,
     result_block_format,
     results_first,
+    tool_ids,
     whole_result_format,
 )
 
@@ -159,7 +155,8 @@ def test_an_anthropic_result_counts_its_id_and_its_content() -> None:
 
 
 def test_amplifier_owns_tool_call_blocks() -> None:
-    assert call_block_format({"type": "tool_call", "id": "a1"}) is AMPLIFIER
+    assert block_format("tool_call") is AMPLIFIER
+    assert AMPLIFIER.call_block_types == frozenset({"tool_call"})
 
 
 def test_amplifier_calls_are_answered_by_openai_tool_messages() -> None:
@@ -172,7 +169,7 @@ def test_amplifier_lists_the_calls_its_blocks_record_twice() -> None:
         "content": [{"type": "tool_call", "id": "a1", "name": "bash"}],
         "tool_calls": [{"id": "a1", "tool": "bash", "arguments": {}}],
     }
-    assert listed_call_ids(message) == frozenset({"a1"})
+    assert AMPLIFIER.listed_call_ids(message) == frozenset({"a1"})
 
 
 def test_an_amplifier_call_recorded_twice_is_estimated_once() -> None:
@@ -237,17 +234,17 @@ def test_declared_ids_come_list_first_then_blocks_in_content_order() -> None:
         ],
         "tool_calls": [openai_call("c1"), {"id": "a1", "tool": "bash"}],
     }
-    assert declared_call_ids(message) == ("c1", "a1", "t1")
+    assert tool_ids(message) == (("c1", "a1", "t1"), (), False)
 
 
 def test_a_user_message_of_results_and_text_is_not_a_pure_carrier() -> None:
     message = {"role": "user", "content": [anthropic_result("t1"), {"type": "text", "text": "k"}]}
-    assert carried_result_ids(message) == (("t1",), False)
+    assert tool_ids(message) == ((), ("t1",), False)
 
 
-def test_a_result_naming_no_call_is_anonymous() -> None:
+def test_a_result_naming_no_call_is_a_result_that_answers_nothing() -> None:
     message = {"role": "user", "content": [{"type": "tool_result", "content": "x"}]}
-    assert has_anonymous_results(message)
+    assert tool_ids(message) == ((), (), True)
 
 
 def test_missing_calls_are_grouped_under_the_format_that_answers_them() -> None:
@@ -277,9 +274,10 @@ def test_results_first_drops_orphans_and_moves_results_before_text() -> None:
 FORMAT_KEYS = frozenset(
     {"tool_use", "tool_use_id", "tool_result", "tool_calls", "tool_call_id", "tool_call"}
 )
-# Modules that may name a format's keys: the format classes themselves, the independent
-# provider-rules oracle and the test-message builders.
-MAY_NAME_FORMAT_KEYS = ("context/formats/", "provider_rules.py", "testing/")
+# Modules that may name a format's keys: the format classes themselves and the test
+# support (the independent provider-rules oracle, ``testing/provider_rules.py``, and the
+# test-message builders).
+MAY_NAME_FORMAT_KEYS = ("context/formats/", "testing/")
 # Other modules that keep one, and why: the ingress event's payload has a ``tool_call_id``
 # field of its own (a published event schema, not a message key).
 KEEP_A_FORMAT_KEY = ["context/history/ingress.py"]

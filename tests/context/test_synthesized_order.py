@@ -19,15 +19,15 @@ import pytest
 from amplifier_module_context_simple import SimpleContextManager
 from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from amplifier_module_context_simple.context.slices import run_through
-from amplifier_module_context_simple.provider_rules import (
-    check_provider_valid,
-    provider_violations,
-)
 from amplifier_module_context_simple.testing import (
     call_ids,
     check_view_invariants,
     reduced_kind,
     result_ids,
+)
+from amplifier_module_context_simple.testing.provider_rules import (
+    check_provider_valid,
+    provider_violations,
 )
 from tests.context.strategies import FORMATS, calls, results, synthesized_for
 

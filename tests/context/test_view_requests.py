@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from amplifier_module_context_simple import InvalidMessageError, SimpleContextManager
-from amplifier_module_context_simple.provider_rules import check_provider_valid
+from amplifier_module_context_simple.testing.provider_rules import check_provider_valid
 from tests.context.strategies import calls, result_ids_of, results
 
 pytestmark = pytest.mark.anyio

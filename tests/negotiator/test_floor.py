@@ -15,7 +15,7 @@ from amplifier_module_loop_negotiating.messages import build_request
 from amplifier_module_provider_window.counting import count_request
 
 from amplifier_module_context_simple import ContextLengthError, SimpleContextManager
-from amplifier_module_context_simple.provider_rules import check_provider_valid
+from amplifier_module_context_simple.testing.provider_rules import check_provider_valid
 from tests.context.strategies import calls, fill, results
 from tests.support import provider_count_envelope
 

@@ -32,15 +32,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..formats import (
-    RESULT_ID_KEYS,
-    as_plain,
-    block_format,
-    count_calls,
-    count_message_fields,
-    has_call_lists,
-    listed_call_ids,
-)
+from ..formats import RESULT_ID_KEYS, as_plain, block_format, count_message, has_call_lists
 from .image_tokens import IMAGE_TOKENS_DEFAULT, IMAGE_TOKENS_LOW_DETAIL, estimate_image
 from .text_tokens import (
     FEATURES,
@@ -96,11 +88,12 @@ class _Collector:
 
     __slots__ = ("fixed", "listed_calls", "texts")
 
-    def __init__(self, listed_calls: frozenset[str] = frozenset()) -> None:
+    def __init__(self) -> None:
         self.texts: list[str] = []
         self.fixed = MESSAGE_OVERHEAD_TOKENS
-        # Calls a format records twice (in a list and as blocks): a provider is sent one.
-        self.listed_calls = listed_calls
+        # Calls a format records twice (in a list and as blocks): a provider is sent one
+        # (set by ``count_message``).
+        self.listed_calls: frozenset[str] = frozenset()
 
     def value(self, value: Any) -> None:
         """Any value as text: strings as they are, everything else as JSON."""
@@ -169,10 +162,8 @@ def provider_texts(message: Mapping[str, Any]) -> tuple[list[str], int]:
 
     May raise on pathological input; ``estimate_message`` never does.
     """
-    collector = _Collector(listed_call_ids(message))
-    count_message_fields(collector, message)
-    collector.content(message.get("content"), 0)
-    count_calls(collector, message)
+    collector = _Collector()
+    count_message(collector, message)  # the tool fields around the content, as sent
     return collector.texts, collector.fixed
 
 

@@ -1,4 +1,4 @@
-"""The tool-call formats, each in one place, and the lookups the rest of the package asks.
+"""The tool-call formats, each in one place, and what the rest of the package asks of them.
 
 Three wire formats carry tool calls and results (``openai.py``, ``anthropic.py``,
 ``amplifier.py``; ``base.py`` has what they share). Each *carrier* - a message-level list
@@ -7,6 +7,27 @@ format; one history, and even one message, may mix formats. The functions here w
 message once, in its own order (message-level carriers first, then content blocks in
 content order), and hand each call or result to its format. Nothing outside this package
 branches on a format's keys: to add a format, write its class and add it to ``FORMATS``.
+
+The API, one function per question asked of a message (docs/design.md section 6):
+
+- what it declares and carries: ``tool_ids(message) -> ToolIds(calls, results,
+  only_results)``, the ids of the calls an assistant message declares, the ids of the
+  results any other message carries, and whether it is nothing but results; what its
+  calls say: ``called_tools`` (name and arguments, for the notice) and ``answered_calls``
+  (the format that answers each missing one, for synthesized results);
+- which format owns a carrier: ``whole_result_format(message)``,
+  ``result_block_format(block)``, ``block_format(block type)``; the owner then reads and
+  rebuilds the carrier itself (``ToolFormat``'s methods);
+- its views' rewrites: ``rename_calls``, ``rename_results`` (reused ids), ``results_first``
+  (a turn that answers calls begins with its results);
+- its estimate: ``count_message`` (its message-level result ids, its content through the
+  counter, its call lists), ``has_call_lists`` and ``same_tool_fields`` (the estimator's
+  shortcuts; ``RESULT_ID_KEYS``);
+- its validation: ``message_fields_error``, ``block_roles_error`` (and ``BLOCK_ID_KEYS``).
+
+The block readers (``as_plain``, ``block_field``, ``block_type``, ``is_mapping``,
+``rebuildable``, ``with_field``: dicts and model objects alike) are ``base.py``'s,
+re-exported here for the modules that reduce blocks in place.
 
 ``FORMATS``' order is significant in two places: the synthesized results of one call
 message come in that order (``role: "tool"`` messages before a user message of result
@@ -17,7 +38,7 @@ errors.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from .amplifier import AMPLIFIER, AmplifierFormat
 from .anthropic import ANTHROPIC, AnthropicFormat
@@ -27,11 +48,9 @@ from .base import (
     ToolFormat,
     as_plain,
     block_field,
-    block_id,
     block_type,
     is_mapping,
     rebuildable,
-    renamed_block,
     with_field,
 )
 from .openai import OPENAI, OpenAIFormat
@@ -51,32 +70,25 @@ __all__ = (
     "Note",
     "OpenAIFormat",
     "ToolFormat",
+    "ToolIds",
     "answered_calls",
     "as_plain",
     "block_field",
     "block_format",
-    "block_id",
     "block_roles_error",
     "block_type",
-    "call_block_format",
     "called_tools",
-    "calls_in",
-    "carried_result_ids",
-    "count_calls",
-    "count_message_fields",
-    "declared_call_ids",
-    "has_anonymous_results",
+    "count_message",
     "has_call_lists",
     "is_mapping",
-    "listed_call_ids",
     "message_fields_error",
     "rebuildable",
     "rename_calls",
     "rename_results",
-    "renamed_block",
     "result_block_format",
     "results_first",
     "same_tool_fields",
+    "tool_ids",
     "whole_result_format",
     "with_field",
 )
@@ -113,7 +125,7 @@ BLOCK_ID_KEYS: Final[tuple[str, ...]] = tuple(
 """Every key under which some format's content block holds a call id."""
 
 
-# -- lookups ----------------------------------------------------------------------------
+# -- which format owns a carrier ---------------------------------------------------------
 
 
 def whole_result_format(message: Mapping[str, Any]) -> ToolFormat | None:
@@ -127,7 +139,7 @@ def result_block_format(block: object) -> ToolFormat | None:
     return _RESULT_BLOCKS.get(block_type(block))
 
 
-def call_block_format(block: object) -> ToolFormat | None:
+def _call_block_format(block: object) -> ToolFormat | None:
     """The format whose call block ``block`` is, or None."""
     return _CALL_BLOCKS.get(block_type(block))
 
@@ -141,10 +153,31 @@ def block_format(kind: Any) -> ToolFormat | None:
     return _BLOCKS.get(kind)
 
 
-# -- ids ----------------------------------------------------------------------------------
+# -- what a message declares and carries --------------------------------------------------
 
 
-def calls_in(message: Mapping[str, Any]) -> Iterator[tuple[ToolFormat, object]]:
+class ToolIds(NamedTuple):
+    """The tool ids of one message, in every format (``tool_ids``)."""
+
+    calls: tuple[str, ...]
+    """The ids of the calls an assistant message declares, in order, each once (list
+    entries first, then call blocks in content order); empty for any other role."""
+    results: tuple[str, ...]
+    """The ids of the results a non-assistant message carries, in order, each once (a
+    whole-message result's id, or its result blocks' ids); empty for an assistant."""
+    only_results: bool
+    """Whether the message is nothing but tool results: a whole-message result (a
+    ``tool`` message, named id or not), or a non-assistant message with a non-empty block
+    list of result blocks only (they may name no call)."""
+
+
+_NO_IDS: Final = ToolIds((), (), False)
+_new: Final = tuple.__new__
+"""``_new(ToolIds, (calls, results, only_results))``: a ``ToolIds`` without ``__new__``'s
+argument binding (``tool_ids`` runs on every admission)."""
+
+
+def _calls(message: Mapping[str, Any]) -> Iterator[tuple[ToolFormat, object]]:
     """Every call ``message`` holds, with its format: list entries, then call blocks."""
     for fmt in _LIST_FORMATS:
         calls = message.get(fmt.calls_key)  # type: ignore[arg-type]  # set for these
@@ -154,29 +187,26 @@ def calls_in(message: Mapping[str, Any]) -> Iterator[tuple[ToolFormat, object]]:
     content = message.get("content")
     if isinstance(content, list):
         for block in content:
-            owner = call_block_format(block)
+            owner = _call_block_format(block)
             if owner is not None:
                 yield owner, block
 
 
-def declared_call_ids(message: Mapping[str, Any]) -> tuple[str, ...]:
-    """Ids of the tool calls an assistant message declares, in every format, in order."""
-    if message.get("role") != "assistant":
-        return ()
-    ids = [call_id for fmt, call in calls_in(message) if (call_id := fmt.call_id(call))]
-    return tuple(dict.fromkeys(ids))
-
-
-def carried_result_ids(message: Mapping[str, Any]) -> tuple[tuple[str, ...], bool]:
-    """Ids of the tool results a message carries, and whether it carries nothing else."""
+def tool_ids(message: Mapping[str, Any]) -> ToolIds:
+    """The ids of the calls ``message`` declares and of the results it carries, and whether
+    it carries nothing but results (``ToolIds``). Junk ids (not a non-empty string) are
+    not ids."""
+    if message.get("role") == "assistant":
+        ids = [call_id for fmt, call in _calls(message) if (call_id := fmt.call_id(call))]
+        return _new(ToolIds, (tuple(dict.fromkeys(ids)), (), False)) if ids else _NO_IDS
     whole = whole_result_format(message)
     if whole is not None:
         call_id = whole.message_result_id(message)
-        return ((call_id,) if call_id is not None else ()), True
+        return _new(ToolIds, ((), (call_id,) if call_id is not None else (), True))
     content = message.get("content")
-    if message.get("role") == "assistant" or not isinstance(content, list) or not content:
-        return (), False
-    ids: list[str] = []
+    if not isinstance(content, list) or not content:
+        return _NO_IDS
+    results: list[str] = []
     only_results = True
     for block in content:
         fmt = result_block_format(block)
@@ -185,19 +215,13 @@ def carried_result_ids(message: Mapping[str, Any]) -> tuple[tuple[str, ...], boo
             continue
         call_id = fmt.result_block_id(block)
         if call_id is not None:
-            ids.append(call_id)
-    return tuple(dict.fromkeys(ids)), only_results
+            results.append(call_id)
+    if not results and not only_results:
+        return _NO_IDS
+    return _new(ToolIds, ((), tuple(dict.fromkeys(results)), only_results))
 
 
-def has_anonymous_results(message: Mapping[str, Any]) -> bool:
-    """Whether a message carries a tool result that names no call (it answers nothing)."""
-    if whole_result_format(message) is not None:
-        return not carried_result_ids(message)[0]
-    content = message.get("content")
-    return isinstance(content, list) and any(
-        (fmt := result_block_format(block)) is not None and fmt.result_block_id(block) is None
-        for block in content
-    )
+# -- what a view rewrites ---------------------------------------------------------------------
 
 
 def rename_calls(
@@ -213,7 +237,7 @@ def rename_calls(
     if isinstance(content, list):
         renamed["content"] = [
             owner.renamed_call(block, renames)
-            if (owner := call_block_format(block)) is not None
+            if (owner := _call_block_format(block)) is not None
             else block
             for block in content
         ]
@@ -233,44 +257,6 @@ def rename_results(
             else block
             for block in content
         ]
-
-
-# -- what the rest of the package asks of calls and results ---------------------------------
-
-
-def answered_calls(
-    call_message: Mapping[str, Any], missing: Iterable[str]
-) -> list[tuple[ToolFormat, list[tuple[str, str | None]]]]:
-    """The calls of ``call_message`` among ``missing`` ids, as (id, tool name) pairs, under
-    the format that answers them, formats in ``FORMATS`` order and calls in message order
-    (an id held twice is answered once, at its first place)."""
-    wanted = set(missing)
-    groups: dict[ToolFormat, list[tuple[str, str | None]]] = {}
-    for fmt, call in calls_in(call_message):
-        call_id = fmt.call_id(call)
-        if call_id in wanted:
-            assert call_id is not None
-            wanted.discard(call_id)
-            groups.setdefault(fmt.answered_by, []).append((call_id, fmt.call_name(call)))
-    return [(fmt, groups[fmt]) for fmt in FORMATS if fmt in groups]
-
-
-def called_tools(message: Mapping[str, Any]) -> list[tuple[object, object]]:
-    """(name, arguments) of each call ``message`` declares, in every format; a call block
-    whose id a call list holds too (Amplifier records calls twice) is listed once."""
-    called: list[tuple[object, object]] = []
-    listed: set[object] = set()
-    for fmt in _LIST_FORMATS:
-        calls = message.get(fmt.calls_key)  # type: ignore[arg-type]  # set for these
-        if isinstance(calls, list):
-            called.extend(fmt.call_fact(call) for call in calls)
-            listed.update(block_field(call, "id") for call in calls)
-    content = message.get("content")
-    for block in content if isinstance(content, list) else ():
-        owner = call_block_format(block)
-        if owner is not None and block_field(block, "id") not in listed:
-            called.append(owner.call_fact(block))
-    return called
 
 
 def results_first(blocks: list[Any], drop: frozenset[str]) -> list[Any] | None:
@@ -298,24 +284,59 @@ def results_first(blocks: list[Any], drop: frozenset[str]) -> list[Any] | None:
     return results + others if changed else None
 
 
+# -- what a message's calls say -------------------------------------------------------------
+
+
+def answered_calls(
+    call_message: Mapping[str, Any], missing: Iterable[str]
+) -> list[tuple[ToolFormat, list[tuple[str, str | None]]]]:
+    """The calls of ``call_message`` among ``missing`` ids, as (id, tool name) pairs, under
+    the format that answers them, formats in ``FORMATS`` order and calls in message order
+    (an id held twice is answered once, at its first place)."""
+    wanted = set(missing)
+    groups: dict[ToolFormat, list[tuple[str, str | None]]] = {}
+    for fmt, call in _calls(call_message):
+        call_id = fmt.call_id(call)
+        if call_id in wanted:
+            assert call_id is not None
+            wanted.discard(call_id)
+            groups.setdefault(fmt.answered_by, []).append((call_id, fmt.call_name(call)))
+    return [(fmt, groups[fmt]) for fmt in FORMATS if fmt in groups]
+
+
+def called_tools(message: Mapping[str, Any]) -> list[tuple[object, object]]:
+    """(name, arguments) of each call ``message`` declares, in every format; a call block
+    whose id a call list holds too (Amplifier records calls twice) is listed once."""
+    called: list[tuple[object, object]] = []
+    listed: set[object] = set()
+    for fmt in _LIST_FORMATS:
+        calls = message.get(fmt.calls_key)  # type: ignore[arg-type]  # set for these
+        if isinstance(calls, list):
+            called.extend(fmt.call_fact(call) for call in calls)
+            listed.update(block_field(call, "id") for call in calls)
+    content = message.get("content")
+    for block in content if isinstance(content, list) else ():
+        owner = _call_block_format(block)
+        if owner is not None and block_field(block, "id") not in listed:
+            called.append(owner.call_fact(block))
+    return called
+
+
 # -- estimates ------------------------------------------------------------------------------
 
 
-def count_message_fields(counter: Counter, message: Mapping[str, Any]) -> None:
-    """Count the message-level result ids of every format."""
+def count_message(counter: Counter, message: Mapping[str, Any]) -> None:
+    """Feed ``counter`` what a provider is sent of ``message``: the message-level result ids
+    of every format, then its content (``counter.content``), then the message-level call
+    lists of every format. A call recorded twice (an Amplifier ``tool_calls`` entry and a
+    ``tool_call`` block) is sent once: ``counter.listed_calls`` is set first to the ids
+    whose blocks are not counted again."""
+    counter.listed_calls = AMPLIFIER.listed_call_ids(message)
     for fmt in FORMATS:
         fmt.count_message_fields(counter, message)
-
-
-def count_calls(counter: Counter, message: Mapping[str, Any]) -> None:
-    """Count the message-level call lists of every format."""
+    counter.content(message.get("content"), 0)
     for fmt in FORMATS:
         fmt.count_calls(counter, message)
-
-
-def listed_call_ids(message: Mapping[str, Any]) -> frozenset[str]:
-    """Ids of calls a message lists whose call blocks are not counted again."""
-    return AMPLIFIER.listed_call_ids(message)
 
 
 def has_call_lists(message: Mapping[str, Any]) -> bool:

@@ -6,7 +6,7 @@ text never changes a message's class (quoting ``<system-reminders>`` XML in a hu
 prompt does not make it a reminder).
 
 Tool calls and results are recognised in every format the ecosystem stores, by the
-format classes (``formats/``): ``declared_call_ids`` and ``carried_result_ids`` are theirs.
+format classes (``formats/``): a message's ids are ``formats.tool_ids``.
 """
 
 from __future__ import annotations
@@ -16,16 +16,14 @@ from functools import partial
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
-from ..formats import carried_result_ids, declared_call_ids, is_mapping
+from ..formats import is_mapping, tool_ids
 
 __all__ = (
     "LOADED_TOOL_STATE_METADATA_KEYS",
     "NOTICE_SOURCE",
     "PUBLIC_METADATA_KEYS",
     "MessageInfo",
-    "carried_result_ids",
     "classify",
-    "declared_call_ids",
     "metadata_of",
 )
 
@@ -94,13 +92,7 @@ def metadata_of(message: Mapping[str, Any]) -> Mapping[str, Any]:
 def classify(message: Mapping[str, Any]) -> MessageInfo:
     """Classify one well-formed message (a dict with a string ``role``)."""
     role = message["role"]
-    call_ids: tuple[str, ...] = ()
-    if role == "assistant":
-        call_ids = declared_call_ids(message)
-        result_ids: tuple[str, ...] = ()
-        is_result_carrier = False
-    else:
-        result_ids, is_result_carrier = carried_result_ids(message)
+    call_ids, result_ids, is_result_carrier = tool_ids(message)
     is_user = role == "user"
     metadata = metadata_of(message)
     if not metadata:  # what the general case below gives for no metadata, for less

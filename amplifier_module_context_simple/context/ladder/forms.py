@@ -47,10 +47,10 @@ from ..formats import (
     block_type,
     rebuildable,
     result_block_format,
+    tool_ids,
     whole_result_format,
     with_field,
 )
-from ..history.classify import declared_call_ids
 from ..history.ingress import RETRIEVAL_GUIDANCE
 
 __all__ = (
@@ -245,7 +245,7 @@ def thoughtless_form(message: Mapping[str, Any]) -> tuple[dict[str, Any] | None,
     omitted = len(content) - len(kept)
     if not omitted:
         return None
-    if not kept and not declared_call_ids(message):
+    if not kept and not tool_ids(message).calls:
         return None, omitted
     # No note in the metadata: the form is traceable as it is (the message less its
     # thinking blocks), and sharing the message's metadata dict keeps it at two objects

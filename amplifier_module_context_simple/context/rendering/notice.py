@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from ..history.classify import NOTICE_SOURCE, carried_result_ids, declared_call_ids
+from ..formats import tool_ids
+from ..history.classify import NOTICE_SOURCE
 
 __all__ = (
     "NOTICE_CLOSE",
@@ -38,12 +39,10 @@ def tail_is_safe(view: Sequence[Mapping[str, Any]], end: int | None = None) -> b
     """False when ``view[:end]`` ends with a tool call whose results are not all present."""
     answered: set[str] = set()
     for index in range(len(view) if end is None else end, 0, -1):
-        message = view[index - 1]
-        ids, only_results = carried_result_ids(message)
+        calls, results, only_results = tool_ids(view[index - 1])
         if only_results:
-            answered.update(ids)
+            answered.update(results)
             continue
-        calls = declared_call_ids(message)
         return all(call_id in answered for call_id in calls)
     return True
 

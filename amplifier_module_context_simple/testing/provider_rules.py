@@ -4,8 +4,10 @@ A *view* is the list of chat messages an orchestrator hands a provider. This mod
 one question about it: would the provider accept the tool-call structure of this request,
 after a provider adapter has converted the view to the provider's wire format? It is a test
 oracle shipped with the package, deliberately written from the providers' public documentation
-and their known HTTP 400 errors, not from this project's code: it imports nothing from
-``.context`` or ``.negotiator``, so a bug shared with the code under test cannot hide here.
+and their known HTTP 400 errors, not from this project's code: it imports only the standard
+library (``tests/test_provider_rules.py`` checks it), so a bug shared with the code under test
+cannot hide here. It sits in ``testing/`` with the other oracles; the runtime never imports
+it. Where the runtime makes views obey each rule: docs/design.md section 10.1.
 
 Public API::
 
