@@ -33,7 +33,7 @@ from ..errors import (
     TransactionConflictError,
 )
 from .config import CONFIG_KEYS, TOKEN_METER_ACTUAL, ContextConfig
-from .counting.budget import LearnedLimit, derive_budget
+from .counting.budget import LearnedLimit
 from .counting.meter import TokenMeter
 from .history.history import (
     History,
@@ -44,7 +44,7 @@ from .history.ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip, cap
 from .ladder.decisions import Decisions
 from .policy.compaction import Compactor
 from .policy.negotiable import Negotiable, StoreLink
-from .policy.plan import RequestArgs, RequestPlan
+from .policy.plan import RequestArgs, RequestPlan, derived_budget
 from .policy.policy import RequestPolicy, check_retain
 from .rendering.render import Renderer
 from .rendering.thinking import PriorThinking, Ranges, ThinkingRule, with_range
@@ -446,18 +446,15 @@ class ContextStore:
         synchronous step: the view returned and the decisions committed are exactly those
         of the store as it is when the request commits.
         """
-        inputs = await self._request_inputs(token_budget=token_budget, provider=provider)
+        args = await self._request_inputs(
+            token_budget=token_budget, provider=provider, retain=retain, hard_fit=hard_fit
+        )
         attempt = 0
         while True:
-            if inputs[2] is not self._config:  # reconfigured meanwhile: derive the budget again
-                inputs = (self._derive(token_budget, provider), *inputs[1:])
-            plan = self._snapshot(
-                inputs,
-                token_budget=token_budget,
-                provider=provider,
-                retain=retain,
-                hard_fit=hard_fit,
-            )
+            if args.derived_under is not self._config:  # reconfigured: derive the budget again
+                provenance = derived_budget(self._config, token_budget, provider)
+                args = args._replace(provenance=provenance)
+            plan = self._snapshot(args)
             stamp = self._stamp()
             steps = self._policy.planning(plan, self._compactor.floor)
             if attempt >= PACED_PLANS:
@@ -536,36 +533,25 @@ class ContextStore:
         The snapshot is taken after the factory's await, so it is current for the
         work that follows.
         """
-        inputs = await self._request_inputs(token_budget=token_budget, provider=provider)
-        return self._snapshot(
-            inputs, token_budget=token_budget, provider=provider, retain=retain, hard_fit=hard_fit
+        args = await self._request_inputs(
+            token_budget=token_budget, provider=provider, retain=retain, hard_fit=hard_fit
         )
-
-    def _derive(self, token_budget: int | None, provider: Any) -> dict[str, Any]:
-        """The budget's provenance under the current configuration (before a learned
-        limit).
-
-        Raises:
-            ValueError: ``token_budget`` is not a positive integer.
-        """
-        config = self._config
-        return derive_budget(
-            token_budget=token_budget,
-            provider=provider,
-            max_tokens=config.max_tokens,
-            max_tokens_fallback=config.max_tokens_fallback,
-            output_reserve_fraction=config.output_reserve_fraction,
-        )
+        return self._snapshot(args)
 
     async def _request_inputs(
-        self, *, token_budget: int | None, provider: Any
-    ) -> tuple[dict[str, Any], str | None, ContextConfig]:
-        """What a request takes from outside the store: the budget's provenance (before a
-        learned limit), the system prompt factory's text, and the configuration the budget
-        was derived under."""
+        self,
+        *,
+        token_budget: int | None,
+        provider: Any,
+        retain: Sequence[str],
+        hard_fit: bool,
+    ) -> RequestArgs:
+        """The request as asked, with what it takes from outside the store: the budget's
+        provenance (before a learned limit, under the configuration now) and the system
+        prompt factory's text."""
         await anyio.lowlevel.checkpoint()
         config = self._config
-        provenance = self._derive(token_budget, provider)
+        provenance = derived_budget(config, token_budget, provider)
         factory_text: str | None = None
         if self._factory is not None:
             text = await self._factory()
@@ -574,46 +560,30 @@ class ContextStore:
                     f"system prompt factory returned {type(text).__name__}, expected str"
                 )
             factory_text = text
-        return provenance, factory_text, config
+        return RequestArgs(
+            provenance, factory_text, token_budget, provider, retain, hard_fit, config
+        )
 
-    def _snapshot(
-        self,
-        inputs: tuple[dict[str, Any], str | None, ContextConfig],
-        *,
-        token_budget: int | None,
-        provider: Any,
-        retain: Sequence[str],
-        hard_fit: bool,
-    ) -> RequestPlan:
-        """The request's plan: ``inputs`` and the store's current state (synchronous).
+    def _snapshot(self, args: RequestArgs) -> RequestPlan:
+        """The plan of the request ``args`` in the store's current state (synchronous).
 
         Raises:
             RetainedContentMissingError: a retained body is not in the admitted history.
         """
-        provenance, factory_text, _ = inputs
-        plan = RequestPlan.taken(
-            RequestArgs(provenance, factory_text, token_budget, provider, retain, hard_fit),
+        return RequestPlan.taken(
+            args,
             config=self._config,
             learned=self._learned,
             history=self._history,
             epoch=self._epoch,
             version=self.version,
             decisions=self._decisions,
-        )
-        unthought, late = self._unthought, self._late_from
-        if late is not None:
-            unthought = with_range(unthought, late, plan.length)
-        plan = dataclasses.replace(
-            plan,
-            unthought=unthought,
+            unthought=self._unthought,
+            late_from=self._late_from,
             sent_systems=self._sent_systems,
             returned=self._returned,
-            late_from=late,
+            prior=self._prior_thinking,
         )
-        if plan.thinking.keeps_prior:
-            return plan
-        uncounted = self._prior_thinking.uncounted(plan.history, plan.length)
-        return dataclasses.replace(plan, uncounted_thinking=uncounted) if uncounted else plan
 
     def _publish_meter(
         self,
