@@ -1,4 +1,12 @@
-"""``ContextStore``: the in-memory context store and its request policy.
+"""``ContextStore``: the in-memory context store, its state and every write of it.
+
+This module holds the writes and what must sit with them: admission, the request loop
+and its commit boundary, the commit primitive, the negotiated request's opening (it lends
+the store's own bound methods) and return boundary, and the event deliveries the fault
+sweeps patch. What is not a write lives elsewhere: the request rules (``policy.py``), the
+snapshot and its budget arithmetic (``plan.py``: ``RequestPlan``, ``Limits``), the seam
+(``negotiable.py``), the observable state's assembly (``state.py``), the configuration
+keys (``config.py``).
 
 The store keeps the canonical history (append-only between ``set_messages``/``clear``)
 and the committed sticky decisions. Every request builds a *view*: new message dicts,
@@ -49,7 +57,7 @@ from .policy.policy import RequestPolicy, check_retain
 from .rendering.render import Renderer
 from .rendering.thinking import PriorThinking, Ranges, ThinkingRule, with_range
 from .slices import Pacer, run_through
-from .state import ObservableState, Ref, freeze
+from .state import ObservableState
 
 __all__ = (
     "BUDGET_EVENT",
@@ -211,34 +219,18 @@ class ContextStore:
         ``same_objects`` also compares the identity of the decisions, stats and meter-stats
         objects. See ``context/state.py``.
         """
-        history, decisions, meter = self._history, self._decisions, self._meter
-        stats = self.last_compaction_stats
-        meter_stats = self._last_token_meter_stats
-        return ObservableState(
-            history=tuple(map(freeze, map(history.entries.stored, range(len(history))))),
-            order=tuple(history.order),
-            held=history.held,
-            released=freeze(history.released_at),
+        return ObservableState.of(
+            history=self._history,
             version=self.version,
-            removed=decisions.removed,
-            truncated=decisions.truncated,
-            stubbed=decisions.stubbed,
-            level=decisions.level,
-            overrides=freeze(decisions.shown()),
-            floor_reported=decisions.floor_reported,
-            stats=freeze(stats),
-            meter=freeze(meter_stats),
-            measured=meter.measured,
-            meter_claimed=meter.claimed,
-            meter_stale=meter.stale,
+            decisions=self._decisions,
+            stats=self.last_compaction_stats,
+            meter=self._meter,
+            meter_stats=self._last_token_meter_stats,
             floor=self._compactor.floor,
             learned_limit=self._learned,
-            budget_mark=freeze(self._last_emitted_budget),
+            budget_mark=self._last_emitted_budget,
             config=self._config,
             has_factory=self._factory is not None,
-            decisions_ref=Ref(decisions),
-            stats_ref=Ref(stats),
-            meter_ref=Ref(meter_stats),
         )
 
     # -- admission ------------------------------------------------------------------
