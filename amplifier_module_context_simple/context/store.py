@@ -445,7 +445,7 @@ class ContextStore:
         while True:
             if args.derived_under is not self._config:  # reconfigured: derive the budget again
                 provenance = derived_budget(self._config, token_budget, provider)
-                args = args._replace(provenance=provenance)
+                args = dataclasses.replace(args, provenance=provenance)
             plan = self._snapshot(args)
             stamp = self._stamp()
             steps = self._policy.planning(plan, self._compactor.floor)

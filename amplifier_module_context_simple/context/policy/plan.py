@@ -7,7 +7,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from ...errors import RetainedContentMissingError
 from ..config import ContextConfig
@@ -150,7 +150,8 @@ def derived_budget(
     )
 
 
-class RequestArgs(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class RequestArgs:
     """What the caller asked of one request, and what the request took from outside the
     store before its snapshot (``ContextStore._request_inputs``): the budget derived for
     it and the system prompt factory's text."""
