@@ -17,9 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from .config import ContextConfig
 from .counting.budget import LearnedLimit
+from .counting.meter import TokenMeter
+from .history.history import History
+from .ladder.decisions import Decisions
 from .policy.compaction import FloorMark
 
 __all__ = (
@@ -133,6 +137,52 @@ class ObservableState:
     decisions_ref: Ref = field(compare=False)
     stats_ref: Ref = field(compare=False)
     meter_ref: Ref = field(compare=False)
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        history: History,
+        version: tuple[int, int],
+        decisions: Decisions,
+        stats: dict[str, Any] | None,
+        meter: TokenMeter,
+        meter_stats: dict[str, Any] | None,
+        floor: FloorMark | None,
+        learned_limit: LearnedLimit | None,
+        budget_mark: dict[str, Any] | None,
+        config: ContextConfig,
+        has_factory: bool,
+    ) -> ObservableState:
+        """The state of a store holding these values (``ContextStore.observable_state``):
+        frozen copies of the history, the decisions' shown forms and the payloads, and
+        references to the decisions, stats and meter-stats objects."""
+        return cls(
+            history=tuple(map(freeze, map(history.entries.stored, range(len(history))))),
+            order=tuple(history.order),
+            held=history.held,
+            released=freeze(history.released_at),
+            version=version,
+            removed=decisions.removed,
+            truncated=decisions.truncated,
+            stubbed=decisions.stubbed,
+            level=decisions.level,
+            overrides=freeze(decisions.shown()),
+            floor_reported=decisions.floor_reported,
+            stats=freeze(stats),
+            meter=freeze(meter_stats),
+            measured=meter.measured,
+            meter_claimed=meter.claimed,
+            meter_stale=meter.stale,
+            floor=floor,
+            learned_limit=learned_limit,
+            budget_mark=freeze(budget_mark),
+            config=config,
+            has_factory=has_factory,
+            decisions_ref=Ref(decisions),
+            stats_ref=Ref(stats),
+            meter_ref=Ref(meter_stats),
+        )
 
     def same_objects(self, other: ObservableState) -> bool:
         """The committed decisions, stats and meter stats are the very same objects."""

@@ -1,4 +1,12 @@
-"""``ContextStore``: the in-memory context store and its request policy.
+"""``ContextStore``: the in-memory context store, its state and every write of it.
+
+This module holds the writes and what must sit with them: admission, the request loop
+and its commit boundary, the commit primitive, the negotiated request's opening (it lends
+the store's own bound methods) and return boundary, and the event deliveries the fault
+sweeps patch. What is not a write lives elsewhere: the request rules (``policy.py``), the
+snapshot and its budget arithmetic (``plan.py``: ``RequestPlan``, ``Limits``), the seam
+(``negotiable.py``), the observable state's assembly (``state.py``), the configuration
+keys (``config.py``).
 
 The store keeps the canonical history (append-only between ``set_messages``/``clear``)
 and the committed sticky decisions. Every request builds a *view*: new message dicts,
@@ -33,7 +41,7 @@ from ..errors import (
     TransactionConflictError,
 )
 from .config import CONFIG_KEYS, TOKEN_METER_ACTUAL, ContextConfig
-from .counting.budget import LearnedLimit, derive_budget
+from .counting.budget import LearnedLimit
 from .counting.meter import TokenMeter
 from .history.history import (
     History,
@@ -44,12 +52,12 @@ from .history.ingress import INGRESS_EVENT, RETRIEVAL_GUIDANCE, IngressClip, cap
 from .ladder.decisions import Decisions
 from .policy.compaction import Compactor
 from .policy.negotiable import Negotiable, StoreLink
-from .policy.plan import RequestArgs, RequestPlan
+from .policy.plan import RequestArgs, RequestPlan, derived_budget
 from .policy.policy import RequestPolicy, check_retain
 from .rendering.render import Renderer
 from .rendering.thinking import PriorThinking, Ranges, ThinkingRule, with_range
 from .slices import Pacer, run_through
-from .state import ObservableState, Ref, freeze
+from .state import ObservableState
 
 __all__ = (
     "BUDGET_EVENT",
@@ -211,34 +219,18 @@ class ContextStore:
         ``same_objects`` also compares the identity of the decisions, stats and meter-stats
         objects. See ``context/state.py``.
         """
-        history, decisions, meter = self._history, self._decisions, self._meter
-        stats = self.last_compaction_stats
-        meter_stats = self._last_token_meter_stats
-        return ObservableState(
-            history=tuple(map(freeze, map(history.entries.stored, range(len(history))))),
-            order=tuple(history.order),
-            held=history.held,
-            released=freeze(history.released_at),
+        return ObservableState.of(
+            history=self._history,
             version=self.version,
-            removed=decisions.removed,
-            truncated=decisions.truncated,
-            stubbed=decisions.stubbed,
-            level=decisions.level,
-            overrides=freeze(decisions.shown()),
-            floor_reported=decisions.floor_reported,
-            stats=freeze(stats),
-            meter=freeze(meter_stats),
-            measured=meter.measured,
-            meter_claimed=meter.claimed,
-            meter_stale=meter.stale,
+            decisions=self._decisions,
+            stats=self.last_compaction_stats,
+            meter=self._meter,
+            meter_stats=self._last_token_meter_stats,
             floor=self._compactor.floor,
             learned_limit=self._learned,
-            budget_mark=freeze(self._last_emitted_budget),
+            budget_mark=self._last_emitted_budget,
             config=self._config,
             has_factory=self._factory is not None,
-            decisions_ref=Ref(decisions),
-            stats_ref=Ref(stats),
-            meter_ref=Ref(meter_stats),
         )
 
     # -- admission ------------------------------------------------------------------
@@ -446,18 +438,15 @@ class ContextStore:
         synchronous step: the view returned and the decisions committed are exactly those
         of the store as it is when the request commits.
         """
-        inputs = await self._request_inputs(token_budget=token_budget, provider=provider)
+        args = await self._request_inputs(
+            token_budget=token_budget, provider=provider, retain=retain, hard_fit=hard_fit
+        )
         attempt = 0
         while True:
-            if inputs[2] is not self._config:  # reconfigured meanwhile: derive the budget again
-                inputs = (self._derive(token_budget, provider), *inputs[1:])
-            plan = self._snapshot(
-                inputs,
-                token_budget=token_budget,
-                provider=provider,
-                retain=retain,
-                hard_fit=hard_fit,
-            )
+            if args.derived_under is not self._config:  # reconfigured: derive the budget again
+                provenance = derived_budget(self._config, token_budget, provider)
+                args = dataclasses.replace(args, provenance=provenance)
+            plan = self._snapshot(args)
             stamp = self._stamp()
             steps = self._policy.planning(plan, self._compactor.floor)
             if attempt >= PACED_PLANS:
@@ -536,36 +525,25 @@ class ContextStore:
         The snapshot is taken after the factory's await, so it is current for the
         work that follows.
         """
-        inputs = await self._request_inputs(token_budget=token_budget, provider=provider)
-        return self._snapshot(
-            inputs, token_budget=token_budget, provider=provider, retain=retain, hard_fit=hard_fit
+        args = await self._request_inputs(
+            token_budget=token_budget, provider=provider, retain=retain, hard_fit=hard_fit
         )
-
-    def _derive(self, token_budget: int | None, provider: Any) -> dict[str, Any]:
-        """The budget's provenance under the current configuration (before a learned
-        limit).
-
-        Raises:
-            ValueError: ``token_budget`` is not a positive integer.
-        """
-        config = self._config
-        return derive_budget(
-            token_budget=token_budget,
-            provider=provider,
-            max_tokens=config.max_tokens,
-            max_tokens_fallback=config.max_tokens_fallback,
-            output_reserve_fraction=config.output_reserve_fraction,
-        )
+        return self._snapshot(args)
 
     async def _request_inputs(
-        self, *, token_budget: int | None, provider: Any
-    ) -> tuple[dict[str, Any], str | None, ContextConfig]:
-        """What a request takes from outside the store: the budget's provenance (before a
-        learned limit), the system prompt factory's text, and the configuration the budget
-        was derived under."""
+        self,
+        *,
+        token_budget: int | None,
+        provider: Any,
+        retain: Sequence[str],
+        hard_fit: bool,
+    ) -> RequestArgs:
+        """The request as asked, with what it takes from outside the store: the budget's
+        provenance (before a learned limit, under the configuration now) and the system
+        prompt factory's text."""
         await anyio.lowlevel.checkpoint()
         config = self._config
-        provenance = self._derive(token_budget, provider)
+        provenance = derived_budget(config, token_budget, provider)
         factory_text: str | None = None
         if self._factory is not None:
             text = await self._factory()
@@ -574,46 +552,30 @@ class ContextStore:
                     f"system prompt factory returned {type(text).__name__}, expected str"
                 )
             factory_text = text
-        return provenance, factory_text, config
+        return RequestArgs(
+            provenance, factory_text, token_budget, provider, retain, hard_fit, config
+        )
 
-    def _snapshot(
-        self,
-        inputs: tuple[dict[str, Any], str | None, ContextConfig],
-        *,
-        token_budget: int | None,
-        provider: Any,
-        retain: Sequence[str],
-        hard_fit: bool,
-    ) -> RequestPlan:
-        """The request's plan: ``inputs`` and the store's current state (synchronous).
+    def _snapshot(self, args: RequestArgs) -> RequestPlan:
+        """The plan of the request ``args`` in the store's current state (synchronous).
 
         Raises:
             RetainedContentMissingError: a retained body is not in the admitted history.
         """
-        provenance, factory_text, _ = inputs
-        plan = RequestPlan.taken(
-            RequestArgs(provenance, factory_text, token_budget, provider, retain, hard_fit),
+        return RequestPlan.taken(
+            args,
             config=self._config,
             learned=self._learned,
             history=self._history,
             epoch=self._epoch,
             version=self.version,
             decisions=self._decisions,
-        )
-        unthought, late = self._unthought, self._late_from
-        if late is not None:
-            unthought = with_range(unthought, late, plan.length)
-        plan = dataclasses.replace(
-            plan,
-            unthought=unthought,
+            unthought=self._unthought,
+            late_from=self._late_from,
             sent_systems=self._sent_systems,
             returned=self._returned,
-            late_from=late,
+            prior=self._prior_thinking,
         )
-        if plan.thinking.keeps_prior:
-            return plan
-        uncounted = self._prior_thinking.uncounted(plan.history, plan.length)
-        return dataclasses.replace(plan, uncounted_thinking=uncounted) if uncounted else plan
 
     def _publish_meter(
         self,

@@ -137,7 +137,7 @@ async def test_min_level_gates_on_the_sticky_level(anyio_backend: str) -> None:
     )
     total = sum(estimate_message(m) for m in messages)
     levels = []
-    # (the budgets leave the default notice reserve out of the effective budget)
+    # (the budgets leave the default notice reserve out of the policy budget)
     for fraction in (2.0, 1.2, 0.5, 0.1):
         view = await manager.get_messages_for_request(token_budget=int(total * fraction))
         stats = manager.last_compaction_stats

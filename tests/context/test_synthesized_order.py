@@ -258,9 +258,9 @@ async def test_the_ladder_counts_the_synthesized_result_in_its_call(fmt: str) ->
     """The ladder's total equals the estimate of the view it starts from."""
     manager = await manager_of(partly_answered(fmt))
     view = await manager.get_messages_for_request(token_budget=1_000_000)
-    inputs = await manager._request_inputs(token_budget=1_000_000, provider=None)
-    plan = manager._snapshot(
-        inputs, token_budget=1_000_000, provider=None, retain=(), hard_fit=False
+    args = await manager._request_inputs(
+        token_budget=1_000_000, provider=None, retain=(), hard_fit=False
     )
+    plan = manager._snapshot(args)
     ladder = run_through(manager._policy.laddering(plan, plan.decisions, target=0))
     assert ladder.total == sum(map(estimate_message, view))

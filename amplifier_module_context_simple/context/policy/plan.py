@@ -3,19 +3,34 @@ budget arithmetic every path of it reads (``Limits``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from ...errors import RetainedContentMissingError
 from ..config import ContextConfig
-from ..counting.budget import LearnedLimit, apply_learned_limit, window_of
+from ..counting.budget import LearnedLimit, apply_learned_limit, derive_budget, window_of
 from ..history.history import History
 from ..ladder.decisions import Decisions
-from ..rendering.thinking import DEFAULT_RULE, Ranges, ThinkingRule, thinking_rule
+from ..rendering.thinking import (
+    DEFAULT_RULE,
+    PriorThinking,
+    Ranges,
+    ThinkingRule,
+    thinking_rule,
+    with_range,
+)
 
-__all__ = ("Limits", "RequestArgs", "RequestPlan", "notice_reserve", "protected_seqs")
+__all__ = (
+    "Limits",
+    "RequestArgs",
+    "RequestPlan",
+    "derived_budget",
+    "notice_reserve",
+    "protected_seqs",
+)
 
 
 def notice_reserve(configured: int, budget: int) -> int:
@@ -117,16 +132,41 @@ def protected_seqs(history: History, retain: Sequence[str]) -> frozenset[int]:
     return frozenset(protected)
 
 
-class RequestArgs(NamedTuple):
-    """What the caller asked of one request, with the budget derived for it."""
+def derived_budget(
+    config: ContextConfig, token_budget: int | None, provider: Any
+) -> dict[str, Any]:
+    """The budget's provenance under ``config`` (``derive_budget``; before a learned
+    limit).
+
+    Raises:
+        ValueError: ``token_budget`` is not a positive integer.
+    """
+    return derive_budget(
+        token_budget=token_budget,
+        provider=provider,
+        max_tokens=config.max_tokens,
+        max_tokens_fallback=config.max_tokens_fallback,
+        output_reserve_fraction=config.output_reserve_fraction,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestArgs:
+    """What the caller asked of one request, and what the request took from outside the
+    store before its snapshot (``ContextStore._request_inputs``): the budget derived for
+    it and the system prompt factory's text."""
 
     provenance: dict[str, Any]
-    """The budget's provenance (``derive_budget``), before a learned limit."""
+    """The budget's provenance (``derived_budget``), before a learned limit."""
     factory_text: str | None
+    """The system prompt factory's text (None: no factory)."""
     token_budget: int | None
     provider: Any
     retain: Sequence[str]
     hard_fit: bool
+    derived_under: ContextConfig
+    """The configuration ``provenance`` was derived under: while the store's differs, the
+    request derives it again before each snapshot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +236,17 @@ class RequestPlan:
         epoch: int,
         version: tuple[int, int],
         decisions: Decisions,
+        unthought: Ranges = (),
+        late_from: int | None = None,
+        sent_systems: tuple[object, object] | None = None,
+        returned: int = 0,
+        prior: PriorThinking | None = None,
     ) -> RequestPlan:
-        """The plan of a request asked as ``args`` of a store in this state (its history,
-        committed decisions and learned provider limit).
+        """The plan of a request asked as ``args`` of a store in this state: its history,
+        committed decisions and learned provider limit, and what it remembers of the views
+        it returned (the seq ranges shown unthought, a late commit's planned length, the
+        last view's system part, how many views it returned, the prior thinking a model
+        that drops it does not count). See the fields.
 
         A hard-fit request with an explicit budget is a provider-directed rebuild: its
         budget is the provider's real limit, learned for later requests. A request with no
@@ -218,7 +266,7 @@ class RequestPlan:
                 if limit is not None and limit.window != window:
                     limit = None
         budget: int = provenance["effective_budget"]
-        return cls(
+        plan = cls(
             provenance=provenance,
             limits=Limits.of(budget, config, hard_fit=args.hard_fit),
             factory_text=args.factory_text,
@@ -232,4 +280,14 @@ class RequestPlan:
             hard_fit=args.hard_fit,
             limit=limit,
             thinking=thinking_rule(config.preserved_thinking, args.provider),
+            unthought=unthought
+            if late_from is None
+            else with_range(unthought, late_from, len(history)),
+            sent_systems=sent_systems,
+            returned=returned,
+            late_from=late_from,
         )
+        if prior is None or plan.thinking.keeps_prior:
+            return plan
+        uncounted = prior.uncounted(history, plan.length)
+        return dataclasses.replace(plan, uncounted_thinking=uncounted) if uncounted else plan
