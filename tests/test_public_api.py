@@ -98,6 +98,9 @@ MANAGER_SURFACE = {
     "count_every_rung",
     "learn_provider_limits",
     "preserved_thinking",
+    "estimate_margin",
+    "cache_lifetime",
+    "idle_compact_at",
 }
 
 HANDLE_SURFACE = {"commit", "rollback", "state", "conflict", "has_changes", "stats"}

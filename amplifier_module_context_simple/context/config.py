@@ -76,6 +76,20 @@ class ContextConfig:
     preserved_thinking: bool | str = "auto"
     """Whether the model checks the prefix of thinking sent back (``thinking.py``):
     ``"auto"`` reads the provider's report; ``true``/``false`` force it."""
+    estimate_margin: float = 0.06
+    """Headroom, as a fraction, that the rules letting a view approach the whole budget (a
+    reported floor holding, a floor over the budget, hard fit) keep below it until the
+    session's own usage reports size it (``counting/correction.py``). 0.06 covers our
+    estimator's error on one message of the real conversations: it estimates 10% of them
+    5.5% or more under an independent count (docs/views.md)."""
+    cache_lifetime: float = 300.0
+    """Seconds the provider's prompt cache lives after its last use (300: Anthropic's and
+    OpenAI's default; 3600 for a 1-hour cache); 0 turns idle-aware compaction off."""
+    idle_compact_at: float = 0.85
+    """Idle-aware compaction: after a gap longer than ``cache_lifetime`` (the cache is
+    gone, so the request writes its whole view anyway), a view at or above this fraction
+    of the trigger compacts now rather than a few requests later, on a warm cache
+    (``RequestPolicy.compaction_due``; docs/views.md has the figures)."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -151,6 +165,16 @@ def _fraction_closed(key: str, value: object) -> None:
         raise _bad(key, value, "a number in [0, 1]")
 
 
+def _margin(key: str, value: object) -> None:
+    if not is_number(value) or not 0 <= value <= 0.5:
+        raise _bad(key, value, "a number in [0, 0.5]")
+
+
+def _seconds(key: str, value: object) -> None:
+    if not is_number(value) or value < 0:
+        raise _bad(key, value, "a non-negative number of seconds")
+
+
 def _boolean(key: str, value: object) -> None:
     if not isinstance(value, bool):
         raise _bad(key, value, "true or false")
@@ -204,4 +228,7 @@ _CHECKS: Final = {
     "count_every_rung": _boolean,
     "learn_provider_limits": _boolean,
     "preserved_thinking": _preserved_thinking,
+    "estimate_margin": _margin,
+    "cache_lifetime": _seconds,
+    "idle_compact_at": _fraction_open,
 }

@@ -31,17 +31,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Self, TypeVar
 
 import anyio.lowlevel
 
+from .._values import is_number
 from ..errors import (
     RequiredContentTooLargeError,
     TransactionConflictError,
 )
 from .config import CONFIG_KEYS, TOKEN_METER_ACTUAL, ContextConfig
 from .counting.budget import LearnedLimit
+from .counting.cache import CacheLife, Clock
+from .counting.correction import Reconciler
 from .counting.meter import TokenMeter
 from .history.history import (
     History,
@@ -55,7 +59,7 @@ from .policy.negotiable import Negotiable, StoreLink
 from .policy.plan import RequestArgs, RequestPlan, derived_budget
 from .policy.policy import RequestPolicy, check_retain
 from .rendering.render import Renderer
-from .rendering.thinking import PriorThinking, Ranges, ThinkingRule, with_range
+from .rendering.thinking import PriorThinking, Ranges, with_range
 from .slices import Pacer, run_through
 from .state import ObservableState
 
@@ -107,7 +111,8 @@ class ContextStore:
     """In-memory conversation context with view-only, transactional compaction.
 
     Constructor keywords are the configuration keys (see ``ContextConfig``) plus
-    ``hooks``. Invalid values raise ``ValueError`` naming the key and value, except an
+    ``hooks`` and ``clock`` (seconds, never decreasing; ``time.monotonic`` by default: a
+    replay passes the transcript's times). Invalid values raise ``ValueError`` naming the key and value, except an
     unknown ``token_meter`` (warns, uses ``"estimate"``) and an invalid ``max_tokens``
     (warns, no cap).
     """
@@ -134,20 +139,30 @@ class ContextStore:
     count_every_rung: bool
     learn_provider_limits: bool
     preserved_thinking: bool | str
+    estimate_margin: float
+    cache_lifetime: float
+    idle_compact_at: float
 
-    def __init__(self, *, hooks: Any = None, **config: Any) -> None:
+    def __init__(self, *, hooks: Any = None, clock: Clock = time.monotonic, **config: Any) -> None:
         # The defaults live in ``ContextConfig`` alone; unknown keywords are a caller's
         # typo (the mount config, by contrast, warns and ignores them).
         unknown = sorted(set(config) - set(CONFIG_KEYS))
         if unknown:
             raise TypeError(f"unknown configuration keyword(s): {', '.join(unknown)}")
         self._config = ContextConfig.from_mapping(config)
+        if not callable(clock):
+            raise TypeError(f"clock must be a callable returning seconds, got {clock!r}")
         self.hooks = hooks
+        self._clock = clock
+        self._cache = CacheLife(self._config.cache_lifetime)
+        """When the latest view was returned, for the idle-aware trigger."""
+        self._counts = Reconciler(self._config.estimate_margin)
+        """The count correction: our estimate against the provider's usage reports."""
         self._history = History()
         self._epoch = 0
         self._decisions = Decisions()
         self._commit_version = 0
-        self._meter = TokenMeter()
+        self._meter = TokenMeter(listener=self._counts.reported)
         self._factory: SystemPromptFactory | None = None
         self._compactor = Compactor(lambda: self._config)
         self._prior_thinking = PriorThinking()
@@ -333,6 +348,8 @@ class ContextStore:
         self._unthought = ()
         self._sent_systems = None
         self._late_from = None
+        self._counts.reset()
+        self._cache.reset()
 
     async def _report_clip(self, clip: IngressClip) -> None:
         delivered = await self._emit(INGRESS_EVENT, clip.payload())
@@ -468,12 +485,13 @@ class ContextStore:
         self._sent(planned.plan)
         self._compactor.floor = planned.floor
         self._learned = plan.limit
+        if self._config.token_meter != TOKEN_METER_ACTUAL:
+            self._counts.returned(planned.view_tokens, plan.count_key)
         self._publish_meter(
             planned.estimated,
-            plan.limits.policy_budget,
+            plan,
             synthesized=planned.synthesized,
             floor_held=planned.floor_held,
-            thinking=plan.thinking,
         )
         if planned.new_stats and staged is not None and staged.stats is not None:
             await self._emit(COMPACTION_EVENT, dict(staged.stats.to_event()))
@@ -486,6 +504,7 @@ class ContextStore:
         ``RequestPolicy.based``)."""
         if plan.epoch != self._epoch:
             return
+        self._cache.returned(plan.now)
         for lo, hi in plan.unthought:
             self._unthought = with_range(self._unthought, lo, hi)
         self._sent_systems = plan.shown_systems
@@ -562,9 +581,12 @@ class ContextStore:
         Raises:
             RetainedContentMissingError: a retained body is not in the admitted history.
         """
+        config = self._config
+        now = self._now()
+        self._cache.lifetime = config.cache_lifetime
         return RequestPlan.taken(
             args,
-            config=self._config,
+            config=config,
             learned=self._learned,
             history=self._history,
             epoch=self._epoch,
@@ -575,34 +597,51 @@ class ContextStore:
             sent_systems=self._sent_systems,
             returned=self._returned,
             prior=self._prior_thinking,
+            counts=self._counts,
+            idle=self._cache.expired(now),
+            now=now,
         )
+
+    def _now(self) -> float:
+        """The clock's time (seconds).
+
+        Raises:
+            TypeError: the clock returned something other than a finite number.
+        """
+        now = self._clock()
+        if not is_number(now):
+            raise TypeError(f"the store's clock returned {now!r}, expected finite seconds")
+        return float(now)
 
     def _publish_meter(
         self,
         estimated: int,
-        budget: int,
+        plan: RequestPlan,
         *,
         synthesized: int = 0,
         floor_held: bool = False,
-        thinking: ThinkingRule | None = None,
     ) -> None:
-        """Refresh the meter stats. ``floor_held``: the request reached the trigger but
-        did not compact, because a reported protected floor still holds (it fits the
-        budget; see ``Compactor.floor_holds``). ``thinking``: the request's thinking rule
-        (with the thinking the committed decisions leave out of the view)."""
+        """Refresh the meter stats of a request of ``plan`` that returned. ``floor_held``:
+        the request reached the trigger but did not compact, because a reported protected
+        floor still holds (it fits the budget; see ``Compactor.floor_holds``). With the
+        request's thinking rule (and the thinking the committed decisions leave out of the
+        view), its count correction (``count_scale``, ``count_margin``, ``count_samples``)
+        and whether it followed an idle gap that outlived the cache (``cache_expired``)."""
         stats = self._meter.stats(
             mode=self._config.token_meter,
             estimated=estimated,
-            budget=budget,
+            budget=plan.limits.policy_budget,
             images_estimated=False,
         )
         stats["results_synthesized"] = synthesized
         stats["floor_held"] = floor_held
         stats["provider_limit"] = self._learned.limit if self._learned is not None else None
-        if thinking is not None:
-            stats["preserved_thinking"] = thinking.preserved
-            stats["thinking_rule_source"] = thinking.source
-            stats["thinking_blocks_omitted"] = sum(self._decisions.thoughtless.values())
+        thinking = plan.thinking
+        stats["preserved_thinking"] = thinking.preserved
+        stats["thinking_rule_source"] = thinking.source
+        stats["thinking_blocks_omitted"] = sum(self._decisions.thoughtless.values())
+        stats.update(plan.limits.correction.stats())
+        stats["cache_expired"] = plan.idle
         self._last_token_meter_stats = stats
 
     def _check_version(self, version: tuple[int, int]) -> None:
@@ -698,13 +737,7 @@ class ContextStore:
         await self._emit_budget(plan.provenance)
         self._learned = plan.limit
         self._sent(plan)
-        self._publish_meter(
-            estimated,
-            plan.limits.policy_budget,
-            synthesized=synthesized,
-            floor_held=floor_held,
-            thinking=plan.thinking,
-        )
+        self._publish_meter(estimated, plan, synthesized=synthesized, floor_held=floor_held)
         assert self._last_token_meter_stats is not None
         self._last_token_meter_stats["provider_count"] = provider_count
 

@@ -512,7 +512,15 @@ def test_the_limits_are_the_budget_arithmetic_of_a_request() -> None:
     off), B = budget - reserve, the trigger ``compact_threshold`` x B and the target
     ``int(target_usage`` x B) (all of B for hard fit)."""
     config = ContextConfig()
-    assert Limits.of(25_904, config) == Limits(25_904, 800, 25_104, 0.92, 25_104 * 0.92, 12_552)
+    limits = Limits.of(25_904, config)
+    assert (limits.budget, limits.notice_reserve, limits.policy_budget) == (25_904, 800, 25_104)
+    assert (limits.compact_threshold, limits.trigger) == (0.92, 25_104 * 0.92)
+    assert (limits.target, limits.nominal_target, limits.estimated_budget) == (
+        12_552,
+        12_552,
+        25_904,
+    )
+    assert limits.ceiling == int(25_904 / 1.06), "the default margin below the whole budget"
     small = Limits.of(2_654, config)
     assert (small.notice_reserve, small.policy_budget, small.trigger_tokens) == (663, 1_991, 1_832)
     assert Limits.of(2_654, config, hard_fit=True).target == 1_991

@@ -96,6 +96,18 @@ INVALID = [
     ("max_tool_result_bytes", 131072.0),
     ("count_every_rung", 1),
     ("count_every_rung", "no"),
+    ("estimate_margin", -0.01),
+    ("estimate_margin", 0.51),
+    ("estimate_margin", True),
+    ("estimate_margin", float("nan")),
+    ("estimate_margin", "0.06"),
+    ("cache_lifetime", -1),
+    ("cache_lifetime", float("inf")),
+    ("cache_lifetime", "300"),
+    ("cache_lifetime", None),
+    ("idle_compact_at", 0),
+    ("idle_compact_at", 1.2),
+    ("idle_compact_at", False),
 ]
 
 INVALID_MAX_TOKENS = [0, -1, -500_000, "500000", 1.5, True, False]
@@ -122,13 +134,16 @@ def test_defaults_on_the_manager() -> None:
 
 def test_defaults_on_the_config_object() -> None:
     """``ContextConfig()`` carries exactly the documented defaults (plus count_every_rung,
-    learn_provider_limits and preserved_thinking)."""
+    learn_provider_limits, preserved_thinking and the count and cache keys)."""
     config = dataclasses.asdict(ContextConfig())
     assert config == {
         **DEFAULTS,
         "count_every_rung": False,
         "learn_provider_limits": True,
         "preserved_thinking": "auto",
+        "estimate_margin": 0.06,
+        "cache_lifetime": 300.0,
+        "idle_compact_at": 0.85,
     }
     assert SimpleContextManager().config == ContextConfig()
 
@@ -308,6 +323,9 @@ OTHER_VALUES: dict[str, Any] = {
     "count_every_rung": True,
     "learn_provider_limits": False,
     "preserved_thinking": False,
+    "estimate_margin": 0.1,
+    "cache_lifetime": 3600.0,
+    "idle_compact_at": 0.7,
 }
 
 

@@ -56,24 +56,29 @@ def tool_turn(index: int) -> list[dict[str, Any]]:
     return [calls("openai", [f"g{index}"]), *results("openai", {f"g{index}": LOG * 8})]
 
 
-def fits_bound(budget: int, view: list[dict[str, Any]] | None = None) -> int:
-    """The most a view may weigh while a reported floor holds: the budget less the notice
-    it shows (made with the decision: it stays), or less the minimal notice."""
+def fits_bound(budget: int, view: list[dict[str, Any]] | None = None, margin: float = 0.0) -> int:
+    """The most a view may weigh while a reported floor holds: the budget less the margin
+    kept for our estimate's error (``estimate_margin``, with no usage reported), less the
+    notice it shows (made with the decision: it stays), or less the minimal notice."""
+    ceiling = int(budget / (1.0 + margin))
     shown = [message for message in view or () if is_notice(message)]
     if shown:
-        return budget - estimate_message(shown[0])
-    return budget - min(estimate_message(notice_message({}, "minimal")), budget // 4)
+        return ceiling - estimate_message(shown[0])
+    return ceiling - min(estimate_message(notice_message({}, "minimal")), budget // 4)
 
 
 @pytest.mark.anyio
-async def test_a_reported_floor_holds_until_the_view_no_longer_fits_the_budget() -> None:
+@pytest.mark.parametrize("margin", [0.0, 0.06, 0.12])
+async def test_a_reported_floor_holds_until_the_view_no_longer_fits_the_budget(
+    margin: float,
+) -> None:
     """After the floor is reported, each request compacts exactly when the view it would
-    send (the previous view plus the new message) no longer fits the budget; until then
-    the view only grows at its end."""
+    send (the previous view plus the new message) no longer fits the budget less the
+    margin; until then the view only grows at its end."""
     messages = floored_history()
     budget = floored_budget(messages)
     hooks = RecordingHooks()
-    context = SimpleContextManager(max_tokens=budget, hooks=hooks)
+    context = SimpleContextManager(max_tokens=budget, hooks=hooks, estimate_margin=margin)
     await context.set_messages(messages)
     view = await context.get_messages_for_request()
     reported = context.last_compaction_stats
@@ -90,7 +95,8 @@ async def test_a_reported_floor_holds_until_the_view_no_longer_fits_the_budget()
         view = await context.get_messages_for_request()
         emitted = len(hooks.named("context:compaction")) - events
         events += emitted
-        assert emitted == int(would > fits_bound(budget, view_before)), f"request {index}"
+        bound = fits_bound(budget, view_before, margin)
+        assert emitted == int(would > bound), f"request {index}"
         meter = context.last_token_meter_stats
         assert meter is not None
         past_trigger = meter["used_tokens"] >= 0.92 * (budget - 800)

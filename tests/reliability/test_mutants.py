@@ -345,7 +345,7 @@ async def test_the_sweep_catches_meter_stats_published_before_delivery(
     async def close_publishing_first(
         self: ContextStore, plan: Any, estimated: int, synthesized: int, *args: Any
     ) -> None:
-        self._publish_meter(estimated, plan.limits.policy_budget, synthesized=synthesized)
+        self._publish_meter(estimated, plan, synthesized=synthesized)
         await self._emit_budget(plan.provenance)  # MUTANT: published before the delivery
         self._learned = plan.limit
 

@@ -113,12 +113,15 @@ class Reconciler:
         self._key: object = None
         self._pending: int | None = None
 
-    def correction(self, key: object) -> CountCorrection:
+    def correction(self, key: object, default_margin: float | None = None) -> CountCorrection:
         """The correction a request with this key (its budget and model) applies. A key
-        other than the reports' gives the default: nothing reconciled yet."""
+        other than the reports' gives the default: nothing reconciled yet.
+        ``default_margin`` replaces the constructor's (the store passes its current
+        ``estimate_margin``)."""
+        default = self._default_margin if default_margin is None else default_margin
         if key != self._key or not self._ratios:
-            return CountCorrection(1.0, self._default_margin, 0)
-        return CountCorrection(self._applied, self._margin(), len(self._ratios))
+            return CountCorrection(1.0, default, 0)
+        return CountCorrection(self._applied, self._margin(default), len(self._ratios))
 
     def returned(self, estimate: int, key: object) -> None:
         """A view estimated at ``estimate`` was returned for a request with ``key``: the
@@ -150,8 +153,8 @@ class Reconciler:
         self._key = None
         self._pending = None
 
-    def _margin(self) -> float:
+    def _margin(self, default: float) -> float:
         if len(self._ratios) < MARGIN_SAMPLES:
-            return self._default_margin
+            return default
         spread = max(self._ratios) / statistics.median(self._ratios) - 1.0
         return min(MAX_MARGIN, max(MIN_MARGIN, spread))

@@ -10,6 +10,9 @@ An orchestrator that measures the foreground request itself may claim the meter
 (capability ``context.foreground_usage``); from then on the listener is ignored and the
 orchestrator's recorder is the only source. A recorder call with an invalid value keeps
 the previous reading but marks it stale.
+
+Every reading taken, from the listener or the recorder, is also passed to ``listener``
+(the store's count correction, ``correction.py``).
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ class TokenMeter:
     measured: int | None = None
     claimed: bool = False
     stale: bool = False
+    listener: Callable[[int], object] | None = None
+    """Told every reading taken (it must not raise)."""
 
     def on_llm_response(self, data: object) -> None:
         """Record a provider reading from an ``llm:response`` payload (never raises)."""
@@ -71,7 +76,7 @@ class TokenMeter:
         except Exception:  # a hostile usage object must not break the hook chain
             return
         if reading is not None:
-            self.measured = reading
+            self._took(reading)
 
     def claim(self) -> Callable[..., bool]:
         """Claim the meter for the foreground orchestrator; return its recorder."""
@@ -88,9 +93,14 @@ class TokenMeter:
         if reading is None:
             self.stale = True
             return False
-        self.measured = reading
+        self._took(reading)
         self.stale = False
         return True
+
+    def _took(self, reading: int) -> None:
+        self.measured = reading
+        if self.listener is not None:
+            self.listener(reading)
 
     def reset(self) -> None:
         """Forget the reading (``clear``); a claimed meter stays claimed and goes stale."""

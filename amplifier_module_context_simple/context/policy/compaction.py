@@ -61,6 +61,7 @@ class FloorMark:
     policy_budget: int
     """The policy budget of the request that reported it (``Limits.policy_budget``)."""
     target: int
+    """Its target before the count correction (``Limits.nominal_target``)."""
     tokens: int
     """The view's estimate at the floor."""
     length: int
@@ -292,18 +293,21 @@ class Compactor:
         # the committed notice stays in the view while its decision does: room for it
         notice = plan.decisions.notice
         shown_notice = 0 if notice is None else notice[1]
-        if ladder.total + shown_notice > plan.budget:
-            # The floor is over the whole budget, not merely the target: reduce it, leaving
-            # room for the minimal notice (the model should know its context was cut), and
-            # (but for hard fit) as far as the target (see the docstring).
-            limit = plan.budget - self.notice_allowance(plan.budget)
+        ceiling = plan.limits.ceiling
+        if ladder.total + shown_notice > ceiling:
+            # The floor is over the whole budget (less the margin for our estimate's error),
+            # not merely the target: reduce it, leaving room for the minimal notice (the
+            # model should know its context was cut), and (but for hard fit) as far as the
+            # target (see the docstring).
+            limit = ceiling - self.notice_allowance(plan.budget)
             if not plan.hard_fit:
                 limit = min(limit, target)
             yield from self.reducing_floor(ladder, limit)
-        if plan.hard_fit and ladder.total > plan.budget:
+        if plan.hard_fit and ladder.total > plan.limits.estimated_budget:
             raise RequiredContentTooLargeError(
                 f"Hard-fit compaction cannot reach the budget: {ladder.total:,} estimated "
-                f"tokens remain above {plan.budget:,} with only the system messages, the "
+                f"tokens remain above {plan.limits.over_text()} with only the system "
+                "messages, the "
                 "first and latest request and retained reminders left intact. "
                 "Required content was not discarded.",
                 budget=plan.budget,
@@ -312,7 +316,13 @@ class Compactor:
                 reason="hard_fit_over_budget",
             )
         mark = (
-            FloorMark(plan.epoch, plan.limits.policy_budget, target, ladder.total, plan.length)
+            FloorMark(
+                plan.epoch,
+                plan.limits.policy_budget,
+                plan.limits.nominal_target,
+                ladder.total,
+                plan.length,
+            )
             if over
             else None
         )
@@ -364,7 +374,7 @@ class Compactor:
         if (floor.epoch, floor.policy_budget, floor.target) != (
             plan.epoch,
             limits.policy_budget,
-            limits.target,
+            limits.nominal_target,
         ):
             return False
         if floor.length == plan.length:
@@ -372,7 +382,7 @@ class Compactor:
         # room for the notice the view shows (made with the decision), or the minimal one
         notice = plan.decisions.notice
         allowance = self.notice_allowance(plan.budget) if notice is None else notice[1]
-        return before.tokens <= plan.budget - allowance
+        return before.tokens <= limits.ceiling - allowance
 
     def stating(
         self,

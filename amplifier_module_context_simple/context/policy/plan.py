@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import RetainedContentMissingError
-from ..config import ContextConfig
+from ..config import TOKEN_METER_ACTUAL, ContextConfig
 from ..counting.budget import LearnedLimit, apply_learned_limit, derive_budget, window_of
+from ..counting.correction import CountCorrection, Reconciler
 from ..history.history import History
 from ..ladder.decisions import Decisions
 from ..rendering.thinking import (
@@ -19,6 +20,7 @@ from ..rendering.thinking import (
     PriorThinking,
     Ranges,
     ThinkingRule,
+    model_id,
     thinking_rule,
     with_range,
 )
@@ -52,6 +54,12 @@ class Limits:
 
     Compaction starts at ``compact_threshold`` x B and goes down to ``target_usage`` x B,
     where B (``policy_budget``) is the budget less the notice reserve.
+
+    Two kinds of units. ``budget``, ``policy_budget`` and ``trigger`` are the provider's
+    tokens (what a provider count compares with). Whatever an *estimate* is compared with
+    (``target``, ``estimated_budget``, ``ceiling``, and ``reached`` on an estimate) is in
+    our estimate's units: the provider's tokens divided by the session's count ``scale``
+    (``counting/correction.py``; 1 until the provider reports usage in estimate mode).
     """
 
     budget: int
@@ -71,46 +79,104 @@ class Limits:
     """``compact_threshold`` x B: a provider count at or above it compacts (the negotiated
     path; its result's and stats' ``trigger``)."""
     target: int
-    """What a compaction climbs down to: ``int(target_usage x B)``; for hard fit, all of
-    B."""
+    """What a compaction climbs down to, in estimate units: ``target_usage`` x B; for hard
+    fit, all of B (``correction.estimated``: no margin)."""
+    nominal_target: int = 0
+    """``target`` before the count correction: what a floor mark is compared on, so that a
+    change of scale alone does not run the ladder again (``Compactor.floor_holds``)."""
+    estimated_budget: int = 0
+    """The whole budget in estimate units (``correction.estimated``): the best guess of
+    the largest estimate the provider accepts. Errors about required content compare
+    with it."""
+    ceiling: int = 0
+    """The whole budget in estimate units, less the margin (``correction.ceiling``): what
+    the rules that let a view come close to the budget (a floor holding, a floor over the
+    budget) keep a view under."""
+    correction: CountCorrection = field(default_factory=CountCorrection)
+    """The count correction the request applies (reported in the meter stats)."""
+    idle_threshold: float | None = None
+    """After an idle gap that outlived the provider's cache, the lower trigger fraction of
+    B that compacts now (``compact_threshold`` x ``idle_compact_at``); None: the cache is
+    warm, or the rule is off (``reached_idle``)."""
 
     @classmethod
-    def of(cls, budget: int, config: ContextConfig, *, hard_fit: bool = False) -> Limits:
-        """The limits of a request with this ``budget`` under ``config``."""
+    def of(
+        cls,
+        budget: int,
+        config: ContextConfig,
+        *,
+        hard_fit: bool = False,
+        correction: CountCorrection | None = None,
+        idle: bool = False,
+    ) -> Limits:
+        """The limits of a request with this ``budget`` under ``config``, read through
+        ``correction`` (None: no scale, the configured margin), after an idle gap or not."""
+        if correction is None:
+            correction = CountCorrection(1.0, config.estimate_margin, 0)
         reserve = 0
         if config.compaction_notice_enabled:
             reserve = notice_reserve(config.compaction_notice_token_reserve, budget)
         policy_budget = budget - reserve
         threshold = config.compact_threshold
+        nominal = int(policy_budget * config.target_usage)
+        # hard fit: all of B, read through the scale but with no margin (the reference's
+        # pinned target: a hard fit with a 1,500 budget targets 1,500)
+        target = correction.estimated(policy_budget if hard_fit else nominal)
         return cls(
             budget=budget,
             notice_reserve=reserve,
             policy_budget=policy_budget,
             compact_threshold=threshold,
             trigger=policy_budget * threshold,
-            target=policy_budget if hard_fit else int(policy_budget * config.target_usage),
+            target=target,
+            nominal_target=policy_budget if hard_fit else nominal,
+            estimated_budget=correction.estimated(budget),
+            ceiling=correction.ceiling(budget),
+            correction=correction,
+            idle_threshold=threshold * config.idle_compact_at if idle else None,
         )
 
-    def reached(self, used: int) -> bool:
+    def reached(self, used: int, *, measured: bool = False) -> bool:
         """Whether ``used`` tokens reach the trigger on the ordinary path (the meter's reading
         or our estimate, ``RequestPolicy.compaction_due``): ``used / B >= compact_threshold``.
+        An estimate (``measured`` False) is read through the count scale first.
 
         The same threshold as ``trigger``, compared as a ratio: where B x threshold rounds
         up (100 x 0.07 is 7.000000000000001) a count of ``trigger_tokens`` reaches it here
         and not on the negotiated path, which compares with ``trigger``.
         """
-        return self.policy_budget > 0 and used / self.policy_budget >= self.compact_threshold
+        return self._at(used, self.compact_threshold, measured)
+
+    def reached_idle(self, used: int, *, measured: bool = False) -> bool:
+        """Whether ``used`` tokens reach the idle trigger (``idle_threshold``): False when
+        the cache is warm or the rule is off."""
+        if self.idle_threshold is None:
+            return False
+        return self._at(used, self.idle_threshold, measured)
+
+    def _at(self, used: int, threshold: float, measured: bool) -> bool:
+        tokens = used if measured else used * self.correction.scale
+        return self.policy_budget > 0 and tokens / self.policy_budget >= threshold
 
     @property
     def trigger_tokens(self) -> int:
-        """The fewest used tokens that compact on the ordinary path (``reached``): what the
-        replay reports as its trigger."""
-        tokens = math.ceil(self.trigger)
+        """The fewest estimated tokens that compact on the ordinary path (``reached``):
+        what the replay reports as its trigger."""
+        tokens = math.ceil(self.trigger / self.correction.scale)
         while tokens > 0 and self.reached(tokens - 1):
             tokens -= 1
         while tokens < self.policy_budget and not self.reached(tokens):
             tokens += 1
         return tokens
+
+    def over_text(self) -> str:
+        """The budget an estimate was found over, for an error message."""
+        if self.estimated_budget == self.budget:
+            return f"{self.budget:,}"
+        return (
+            f"{self.estimated_budget:,} estimated tokens: {self.budget:,} provider tokens at "
+            f"{self.correction.scale:.3f} per estimated token"
+        )
 
 
 def protected_seqs(history: History, retain: Sequence[str]) -> frozenset[int]:
@@ -212,6 +278,14 @@ class RequestPlan:
     """What this request's view shows of its base, once rendered: the system part and the
     protected messages shown as admitted although reduced (``RequestPolicy.based``; what
     the store records as ``sent_systems`` when the request returns)."""
+    count_key: object = None
+    """What the count correction is kept per (the budget, the provider's window and the
+    model): a view returned under another key starts the correction afresh."""
+    idle: bool = False
+    """The provider's cache outlived the gap since the previous view (``CacheLife``)."""
+    now: float = math.nan
+    """The store's clock when the request was planned (nan: not read): the time its view
+    is sent, from which the cache lives (``CacheLife.returned``)."""
     uncounted_thinking: Mapping[int, int] = field(default_factory=dict)
     """Seq -> thinking estimate the provider does not count (a model that drops earlier
     turns' thinking: ``thinking.PriorThinking``); the view's estimate leaves it out."""
@@ -241,12 +315,17 @@ class RequestPlan:
         sent_systems: tuple[object, object] | None = None,
         returned: int = 0,
         prior: PriorThinking | None = None,
+        counts: Reconciler | None = None,
+        idle: bool = False,
+        now: float = math.nan,
     ) -> RequestPlan:
         """The plan of a request asked as ``args`` of a store in this state: its history,
         committed decisions and learned provider limit, and what it remembers of the views
         it returned (the seq ranges shown unthought, a late commit's planned length, the
         last view's system part, how many views it returned, the prior thinking a model
-        that drops it does not count). See the fields.
+        that drops it does not count), the store's count correction (``counts``, applied in
+        estimate mode) and whether the cache expired since the last view (``idle``). See
+        the fields.
 
         A hard-fit request with an explicit budget is a provider-directed rebuild: its
         budget is the provider's real limit, learned for later requests. A request with no
@@ -266,9 +345,15 @@ class RequestPlan:
                 if limit is not None and limit.window != window:
                     limit = None
         budget: int = provenance["effective_budget"]
+        key = (budget, window_of(args.provider), model_id(args.provider))
+        correction = None
+        if counts is not None and config.token_meter != TOKEN_METER_ACTUAL:
+            correction = counts.correction(key, config.estimate_margin)
         plan = cls(
             provenance=provenance,
-            limits=Limits.of(budget, config, hard_fit=args.hard_fit),
+            limits=Limits.of(
+                budget, config, hard_fit=args.hard_fit, correction=correction, idle=idle
+            ),
             factory_text=args.factory_text,
             history=history,
             length=len(history),
@@ -286,6 +371,9 @@ class RequestPlan:
             sent_systems=sent_systems,
             returned=returned,
             late_from=late_from,
+            count_key=key,
+            idle=idle,
+            now=now,
         )
         if prior is None or plan.thinking.keeps_prior:
             return plan

@@ -49,6 +49,9 @@ class Planned:
     """The trigger was reached but a reported floor still holds (no ladder ran)."""
     plan: RequestPlan
     """The request's plan as it returned (its thinking floor and system part)."""
+    view_tokens: int = 0
+    """Our estimate of the view returned, its notice included: what the provider's next
+    usage report is compared with (``counting/correction.py``)."""
 
 
 class RequestPolicy:
@@ -185,7 +188,7 @@ class RequestPolicy:
         """The most a view with its notice may weigh: the budget, and never more than the
         view of the same history with no compaction at all."""
         uncompacted = rendered.system_tokens + plan.history.uncompacted_body_tokens(plan.length)
-        return min(plan.budget, uncompacted)
+        return min(plan.limits.estimated_budget, uncompacted)
 
     def based(self, plan: RequestPlan, rendered: Rendered) -> RequestPlan:
         """``plan`` once its view under the committed decisions is rendered: with what the
@@ -213,21 +216,31 @@ class RequestPolicy:
 
     # -- the trigger --------------------------------------------------------------------
 
-    def used_tokens(self, estimated: int) -> int:
-        """The figure the trigger compares: the meter's reading in actual mode, if any."""
-        measured = self._meter.measured
-        if self._config().token_meter == TOKEN_METER_ACTUAL and measured is not None:
-            return measured
-        return estimated
+    def measured_tokens(self) -> int | None:
+        """The figure the trigger compares instead of our estimate: the meter's reading in
+        actual mode, if any."""
+        if self._config().token_meter == TOKEN_METER_ACTUAL:
+            return self._meter.measured
+        return None
 
     def compaction_due(self, plan: RequestPlan, estimated: int) -> bool:
         """Whether a request whose view we estimate at ``estimated`` tokens compacts: the
         trigger (``Limits.reached``: ``compact_threshold`` of the policy budget, on the
-        meter's reading in actual mode), and always when a retaining or hard-fit view is
-        over the policy budget."""
+        meter's reading in actual mode, else on the estimate read through the count
+        scale); after an idle gap that outlived the provider's cache, the lower idle
+        trigger (``Limits.reached_idle``: the request writes its whole view anyway, so a
+        compaction due soon costs nothing extra now); and always when a retaining or
+        hard-fit view is over the policy budget."""
         limits = plan.limits
-        due = limits.reached(self.used_tokens(estimated))
-        return due or ((plan.retained or plan.hard_fit) and estimated > limits.policy_budget)
+        measured = self.measured_tokens()
+        used = estimated if measured is None else measured
+        on_reading = measured is not None
+        if limits.reached(used, measured=on_reading):
+            return True
+        if limits.reached_idle(used, measured=on_reading):
+            return True
+        over = estimated > limits.correction.estimated(limits.policy_budget)
+        return (plan.retained or plan.hard_fit) and over
 
     # -- the ladder ---------------------------------------------------------------------
 
@@ -281,10 +294,11 @@ class RequestPolicy:
         required = rendered.system_tokens + sum(
             tokens[seq] for seq in plan.protected if seq < plan.length
         )
-        if required > plan.budget:
+        if required > plan.limits.estimated_budget:
             raise RequiredContentTooLargeError(
                 "Context cannot fit the current injections and protected conversation "
-                f"({required:,} estimated tokens) within the budget ({plan.budget:,}); "
+                f"({required:,} estimated tokens) within the budget "
+                f"({plan.limits.over_text()}); "
                 "shorten the active instructions or use a larger context window. "
                 "Required content was not discarded.",
                 budget=plan.budget,
@@ -293,10 +307,11 @@ class RequestPolicy:
 
     def check_final_fit(self, plan: RequestPlan, total: int) -> None:
         """Fail closed when the final, notice-inclusive view exceeds the whole budget."""
-        if total > plan.budget:
+        if total > plan.limits.estimated_budget:
             raise RequiredContentTooLargeError(
                 "Context cannot fit the current injections and protected conversation "
-                f"within the estimated input budget ({total:,} > {plan.budget:,}); shorten "
+                f"within the estimated input budget ({total:,} > "
+                f"{plan.limits.over_text()}); shorten "
                 "the active instructions or use a larger context window. "
                 "Required content was not discarded.",
                 budget=plan.budget,
@@ -369,7 +384,17 @@ class RequestPolicy:
         if plan.retained or plan.hard_fit:
             self.check_final_fit(plan, view.tokens + notice_tokens)
         new_stats = staged is not None and staged.stats is not plan.decisions.stats
-        return Planned(staged, floor, messages, estimated, view.synthesized, new_stats, held, plan)
+        return Planned(
+            staged,
+            floor,
+            messages,
+            estimated,
+            view.synthesized,
+            new_stats,
+            held,
+            plan,
+            view.tokens + notice_tokens,
+        )
 
 
 def _fitting_notice(

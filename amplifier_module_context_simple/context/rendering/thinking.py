@@ -38,6 +38,7 @@ __all__ = (
     "Ranges",
     "ThinkingRule",
     "covers",
+    "model_id",
     "model_rule",
     "thinking_rule",
     "with_range",
@@ -127,33 +128,45 @@ def thinking_rule(setting: object, provider: Any) -> ThinkingRule:
         return ThinkingRule(setting, True, "config")
     if provider is None:
         return DEFAULT_RULE
+    try:
+        get_model_info = getattr(provider, "get_model_info", None)
+        info = get_model_info() if callable(get_model_info) else None
+        capabilities = getattr(info, "capabilities", None) if info is not None else None
+        if (
+            isinstance(capabilities, (list, tuple, set, frozenset))
+            and "preserved_thinking" in capabilities
+        ):
+            return ThinkingRule(True, True, "provider_capabilities", _text(info, "id"))
+    except Exception:  # a provider bug must not break the request; fall through
+        logger.debug("context-simple: provider.get_model_info() failed", exc_info=True)
+    model = model_id(provider)
+    if model is not None:
+        rule = model_rule(model)
+        if rule is not None:
+            return rule
+    return DEFAULT_RULE
+
+
+def model_id(provider: Any) -> str | None:
+    """The model ``provider`` reports (``get_model_info().id``, else
+    ``get_info().defaults["model"]``), or None. A provider that raises reports nothing."""
+    if provider is None:
+        return None
     model: object = None
     try:
         get_model_info = getattr(provider, "get_model_info", None)
         info = get_model_info() if callable(get_model_info) else None
-        if info is not None:
-            capabilities = getattr(info, "capabilities", None)
-            if (
-                isinstance(capabilities, (list, tuple, set, frozenset))
-                and "preserved_thinking" in capabilities
-            ):
-                return ThinkingRule(True, True, "provider_capabilities", _text(info, "id"))
-            model = getattr(info, "id", None)
-    except Exception:  # a provider bug must not break the request; fall through
+        model = getattr(info, "id", None) if info is not None else None
+    except Exception:  # a provider bug must not break the request
         logger.debug("context-simple: provider.get_model_info() failed", exc_info=True)
     if not isinstance(model, str):
         try:
             get_info = getattr(provider, "get_info", None)
             defaults = getattr(get_info(), "defaults", None) if callable(get_info) else None
-            if isinstance(defaults, Mapping):
-                model = defaults.get("model")
+            model = defaults.get("model") if isinstance(defaults, Mapping) else None
         except Exception:
             logger.debug("context-simple: provider.get_info() failed", exc_info=True)
-    if isinstance(model, str) and model:
-        rule = model_rule(model)
-        if rule is not None:
-            return rule
-    return DEFAULT_RULE
+    return model if isinstance(model, str) and model else None
 
 
 def _text(value: object, name: str) -> str | None:
