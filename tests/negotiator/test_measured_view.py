@@ -1104,3 +1104,34 @@ async def test_deferred_count_that_reaches_target_is_target_reached(anyio_backen
         outcomes[every] = (result["outcome"], result["transaction"].stats["outcome"])
     assert outcomes[True] == ("target_reached", "target_reached")
     assert outcomes[False] == outcomes[True]
+
+
+class Clock:
+    """A settable clock (seconds) for the store's idle rule."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("gap", "outcome"), [(301.0, "target_reached"), (299.0, "not_needed")])
+async def test_an_idle_gap_lowers_the_negotiated_trigger(
+    gap: float, outcome: str, anyio_backend: str
+) -> None:
+    """A count of 700, under the trigger (800) but over the idle trigger (0.85 x 800 =
+    680): after a gap longer than the cache's lifetime (300 s) the request compacts, and
+    reports the trigger it used; after a shorter gap it does not."""
+    clock = Clock()
+    context = SimpleContextManager(clock=clock, token_meter="actual", **REF_CONFIG)
+    await context.set_messages(REF_HISTORY)
+    first = await measured(context, Script(constant(700)))
+    assert first["outcome"] == "not_needed"
+    clock.now = gap
+    result = await measured(context, Script(truncated_then(700, 400)))
+    assert (result["outcome"], result["trigger"]) == (
+        outcome,
+        pytest.approx(680 if gap > 300 else 800),
+    )

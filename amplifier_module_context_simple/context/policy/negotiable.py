@@ -108,8 +108,9 @@ class Negotiable:
         self._plan = plan
         self._claimed = False
         limits = plan.limits
-        self.trigger: float = limits.trigger
-        """Counts at or above this compact (``Limits.trigger``)."""
+        self.trigger: float = limits.due_at
+        """Counts at or above this compact (``Limits.due_at``: the trigger, or the idle
+        trigger after a gap that outlived the provider's cache)."""
         self.target: int = limits.target
         """What the rungs aim a count at (``Limits.target``)."""
         self.policy_budget: int = limits.policy_budget

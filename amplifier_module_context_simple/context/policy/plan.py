@@ -154,6 +154,15 @@ class Limits:
             return False
         return self._at(used, self.idle_threshold, measured)
 
+    @property
+    def due_at(self) -> float:
+        """The provider count at or above which a negotiated request compacts: ``trigger``,
+        or after an idle gap that outlived the cache the idle trigger (``idle_threshold``
+        x B)."""
+        if self.idle_threshold is None:
+            return self.trigger
+        return self.policy_budget * self.idle_threshold
+
     def _at(self, used: int, threshold: float, measured: bool) -> bool:
         tokens = used if measured else used * self.correction.scale
         return self.policy_budget > 0 and tokens / self.policy_budget >= threshold
