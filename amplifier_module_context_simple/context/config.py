@@ -81,7 +81,7 @@ class ContextConfig:
     reported floor holding, a floor over the budget, hard fit) keep below it until the
     session's own usage reports size it (``counting/correction.py``). 0.06 covers our
     estimator's error on one message of the real conversations: it estimates 10% of them
-    5.5% or more under an independent count (docs/views.md)."""
+    5.5% or more under an independent count (docs/design.md 7.6)."""
     cache_lifetime: float = 300.0
     """Seconds the provider's prompt cache lives after its last use (300: Anthropic's and
     OpenAI's default; 3600 for a 1-hour cache); 0 turns idle-aware compaction off."""
@@ -89,7 +89,7 @@ class ContextConfig:
     """Idle-aware compaction: after a gap longer than ``cache_lifetime`` (the cache is
     gone, so the request writes its whole view anyway), a view at or above this fraction
     of the trigger compacts now rather than a few requests later, on a warm cache
-    (``RequestPolicy.compaction_due``; docs/views.md has the figures)."""
+    (``RequestPolicy.compaction_due``; docs/design.md 7.6 has the figures)."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -5,7 +5,7 @@ A provider keeps a request's prefix cached for a lifetime after its last use (An
 it. A request that follows the previous one by more than that writes its whole view
 again, whatever the view is. So a compaction that will be due soon costs nothing extra
 right after an idle gap, while the same compaction a few requests later, on a warm
-cache, costs a whole rewrite (the idle-aware rule: ``RequestPolicy``, docs/views.md).
+cache, costs a whole rewrite (the idle-aware rule: ``Limits.reached_idle``, docs/design.md 7.6).
 
 The clock is the store's (``ContextStore(clock=...)``, ``time.monotonic`` by default), in
 seconds; a replay passes the transcript's own timestamps.

@@ -10,7 +10,7 @@ are divided by the scale, in our units.
 Besides the scale, the rules that let a view come close to the whole budget (a reported
 floor holding, a hard fit, a floor over the budget) keep a *margin* below it: the
 estimator's error on one view. Before any report it is the default margin (the
-``estimate_margin`` key: the error measured on the real conversations, docs/views.md);
+``estimate_margin`` key: the error measured on the real conversations, docs/design.md 7.6);
 once three reports are in, it is their own spread (the largest ratio over the median,
 within ``[MIN_MARGIN, MAX_MARGIN]``).
 
