@@ -256,6 +256,8 @@ class RunResult:
     """Every ``context:compaction`` event of the run, in order, with its request."""
     thinking_sent: int = 0
     """Thinking blocks the provider received back (every answer carries one)."""
+    meter: dict[str, Any] | None = None
+    """The context's meter stats after the last request (its count correction)."""
     thinking_invalid: int = 0
     """Requests a model with preserved thinking rejects: a thinking block sent with another
     prefix than the request that produced it (``testing/thinking_oracle.py``)."""
@@ -388,6 +390,7 @@ def collect(result: RunResult, session: Any) -> None:
     result.compactions = loop.events.total.get("context:compaction", 0)
     result.overflow_errors = provider.stats.overflow_errors
     result.count_calls = provider.stats.count_calls
+    result.meter = session.coordinator.get("context").last_token_meter_stats
     check_thinking(result, provider.stats.exchanges)
     capability = session.coordinator.get_capability(MEASURED_CAPABILITY)
     if result.spec.mode == "measured" and result.degraded is None and capability is None:
@@ -715,6 +718,19 @@ def captured_warnings() -> Iterator[WarningTally]:
         root.removeHandler(tally)
 
 
+def correction_line(meter: dict[str, Any] | None) -> str | None:
+    """What the context made of the provider's usage reports (estimate mode), or None."""
+    if meter is None or "count_scale" not in meter:
+        return None
+    if meter["mode"] != "estimate":
+        return "count correction: none (token_meter=actual: the provider's counts are used)"
+    return (
+        f"count correction: {meter['count_samples']} usage report(s) in the window; the "
+        f"provider counts {meter['count_scale']:.3f} tokens per estimated token; margin "
+        f"{meter['count_margin']:.1%} kept below the budget"
+    )
+
+
 def report_run(
     console: Console, result: RunResult, options: argparse.Namespace, tally: WarningTally
 ) -> None:
@@ -738,6 +754,9 @@ def report_run(
     console.print(request_table(result, options.every, options.limit))
     for line in compaction_lines(result):
         console.print(escape(line), soft_wrap=True)
+    correction = correction_line(result.meter)
+    if correction is not None:
+        console.print(correction)
     result.plot = plot_run(result, options.out / f"demo-{result.spec.key}.png")
     write_rows(result, options.out / f"demo-{result.spec.key}.json")
     console.print(f"plot: {result.plot}  rows: {options.out / f'demo-{result.spec.key}.json'}")

@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import math
 import sys
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -158,7 +158,7 @@ def test_exported_constants() -> None:
 
 def test_valid_non_default_values_are_kept() -> None:
     """Valid values at the edges of each range are accepted and stored unchanged."""
-    values = {
+    values: dict[str, Any] = {
         "max_tokens": 1,
         "max_tokens_fallback": 1,
         "compact_threshold": 1.0,
@@ -192,7 +192,7 @@ def test_invalid_value_in_constructor_names_key_and_value(case: tuple[str, objec
     """The constructor raises ValueError naming the key and the offending value."""
     key, value = case
     with pytest.raises(ValueError) as error:
-        SimpleContextManager(**{key: value})
+        SimpleContextManager(**{key: cast(Any, value)})
     assert_names(error, key, value)
 
 
