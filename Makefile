@@ -51,10 +51,11 @@ test: setup
 
 # The edit-run loop: in parallel, without coverage and without the slowest tiers, chosen
 # with --durations=30 (together about half the suite's time; `make test` runs them all):
-# the real-conversation replays, the sliced fault sweeps, the largest property test and the
-# timed scaling tests.
+# the real-conversation replays (and the count correction's end-to-end replays), the sliced
+# fault sweeps, the largest property test and the timed scaling tests.
 QUICK_DESELECT := \
   --deselect tests/test_realdata.py \
+  --deselect tests/test_reconciliation.py \
   --deselect tests/reliability/test_slice_sweeps.py \
   --deselect tests/context/test_properties.py::test_views_meet_invariants_at_every_pressure \
   --deselect tests/test_scaling.py \

@@ -23,6 +23,15 @@ budget rules:
 
 The budget of the ordinary and hard-fit paths is in the module's own estimate (that is
 what those paths promise); the negotiated path's is the provider's o200k count.
+
+The ordinary path is also judged by an INDEPENDENT count (``benchmarks.provider.Counter``:
+o200k_base with OpenAI's message accounting, which shares nothing with the module's
+estimator), on every conversation (fresh at every budget, replayed at three) and on the
+long sessions (``long_sessions()``, replayed at 32k, 128k and 163,904): no view is over its
+budget by that count, except where the irreducible content of the history so far
+(``irreducible``: system messages, the first and latest human prompt, a pending tail),
+counted alone, is over it. That is the estimate mode's promise with no usage report from
+the provider (``test_reconciliation.py`` covers a provider that counts differently).
 """
 
 from __future__ import annotations
@@ -41,7 +50,8 @@ from amplifier_module_context_simple import ContextLengthError, SimpleContextMan
 from amplifier_module_context_simple.context.counting.estimate import estimate_message
 from amplifier_module_context_simple.testing import check_view_invariants
 from amplifier_module_context_simple.testing.provider_rules import provider_violations
-from tests.realdata import conversations, with_result_removed
+from benchmarks.provider import Counter as IndependentCounter
+from tests.realdata import conversations, long_sessions, with_result_removed
 from tests.support import provider_count_envelope
 
 FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2)
@@ -279,6 +289,76 @@ async def test_negotiated_views_at_every_budget(case: Case, anyio_backend: str) 
         transaction = result["transaction"]
         if transaction is not None:
             assert await transaction.commit()
+
+
+# -- the ordinary path by an independent count ----------------------------------------------
+
+INDEPENDENT = IndependentCounter()
+LONG_BUDGETS = (32_000, 128_000, 163_904)
+"""The long benchmark's budgets (``benchmarks/long.py``): 163,904 is what the module derives
+for a 200k-window model."""
+
+
+def independently(view: Sequence[Mapping[str, Any]]) -> int:
+    """The independent count of a request carrying ``view`` (reply priming included)."""
+    return INDEPENDENT.count_request(view)
+
+
+def assert_within(
+    name: str, where: str, view: Sequence[Mapping[str, Any]], budget: int, history: Any
+) -> None:
+    """``view`` is within ``budget`` by the independent count, unless the irreducible
+    content of ``history`` alone is over it."""
+    tokens = independently(view)
+    if tokens > budget and independently(irreducible(history)) <= budget:
+        pytest.fail(f"{name} {where}: {tokens} > budget {budget} ({tokens / budget:.3f} x B)")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+async def test_ordinary_views_fit_the_budget_by_an_independent_count(
+    case: Case, anyio_backend: str
+) -> None:
+    """Fresh at every budget, and replayed turn by turn at ``REPLAY_FRACTIONS`` of the
+    conversation's independent size."""
+    size = independently(await uncompacted(case))
+    for fraction in FRACTIONS:
+        budget = max(1, int(size * fraction))
+        manager = await fresh(case.messages)
+        view = await manager.get_messages_for_request(token_budget=budget)
+        assert_within(case.name, f"fresh {fraction:.0%}", view, budget, case.messages)
+    for fraction in REPLAY_FRACTIONS:
+        budget = max(1, int(size * fraction))
+        manager = SimpleContextManager()
+        for index, message in enumerate(case.messages):
+            if message.get("role") == "assistant" and index > 0:
+                view = await manager.get_messages_for_request(token_budget=budget)
+                where = f"replay {fraction:.0%} before message {index}"
+                assert_within(case.name, where, view, budget, case.messages[:index])
+            await manager.add_message(copy.deepcopy(message))
+
+
+LONG_CASES = [(s.name, budget) for s in long_sessions() for budget in LONG_BUDGETS]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("name", "budget"), LONG_CASES, ids=[f"{n}@{b}" for n, b in LONG_CASES])
+async def test_long_session_views_fit_the_budget_by_an_independent_count(
+    name: str, budget: int, anyio_backend: str
+) -> None:
+    """A long session replayed turn by turn: a request before each assistant message, and
+    one at the end (the replay CLI's cadence)."""
+    (session,) = [s for s in long_sessions() if s.name == name]
+    messages = session.conversation.messages
+    manager = SimpleContextManager()
+    for index, message in enumerate(messages):
+        if message.get("role") == "assistant" and index > 0:
+            view = await manager.get_messages_for_request(token_budget=budget)
+            where = f"replay before message {index}"
+            assert_within(name, where, view, budget, messages[:index])
+        await manager.add_message(copy.deepcopy(message))
+    view = await manager.get_messages_for_request(token_budget=budget)
+    assert_within(name, "replay at the end", view, budget, messages)
 
 
 def test_the_real_data_covers_every_format() -> None:
