@@ -158,7 +158,7 @@ def test_exported_constants() -> None:
 
 def test_valid_non_default_values_are_kept() -> None:
     """Valid values at the edges of each range are accepted and stored unchanged."""
-    values = {
+    values: dict[str, Any] = {
         "max_tokens": 1,
         "max_tokens_fallback": 1,
         "compact_threshold": 1.0,
@@ -191,8 +191,9 @@ def test_known_verbosities_are_accepted(verbosity: str) -> None:
 def test_invalid_value_in_constructor_names_key_and_value(case: tuple[str, object]) -> None:
     """The constructor raises ValueError naming the key and the offending value."""
     key, value = case
+    keywords: dict[str, Any] = {key: value}
     with pytest.raises(ValueError) as error:
-        SimpleContextManager(**{key: value})
+        SimpleContextManager(**keywords)
     assert_names(error, key, value)
 
 
