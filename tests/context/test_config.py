@@ -143,7 +143,7 @@ def test_defaults_on_the_config_object() -> None:
         "preserved_thinking": "auto",
         "estimate_margin": 0.06,
         "cache_lifetime": 300.0,
-        "idle_compact_at": 0.85,
+        "idle_compact_at": 0.8,
     }
     assert SimpleContextManager().config == ContextConfig()
 
