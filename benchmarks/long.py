@@ -2,7 +2,7 @@
 with the cache's lifetime, and session resume, on the two long real sessions.
 
     uv run --frozen python -m benchmarks.long                   # this section alone
-    uv run --frozen python -m benchmarks.long --run "module, idle-aware" idle_compaction=true
+    uv run --frozen python -m benchmarks.long --run "module, idle 0.7" idle_compact_at=0.7
 
 LEGEND
 ------
@@ -18,9 +18,16 @@ end: the replay CLI's cadence):
 - ``module``: ``amplifier_module_context_simple.cli.replay`` through a real
   ``SimpleContextManager`` with ``max_tokens = max_tokens_fallback = B``, no provider, and
   otherwise the default configuration (compacts at ``compact_threshold`` 0.92 of B less
-  the notice reserve, down to ``target_usage`` 0.50 of it). ``MODULE_RUNS`` (and ``--run``)
-  add module runs with extra configuration keys; a key the installed module rejects is
-  reported as that run's row ("rejected"), not raised.
+  the notice reserve, down to ``target_usage`` 0.50 of it). Its clock is the session's
+  request times (the replay's ``times``), so its idle-aware rule is on: after a gap of
+  more than ``cache_lifetime`` (300 s, the bill's 5-minute cache), when the request writes
+  its whole view anyway, a view at or above ``idle_compact_at`` x the trigger compacts.
+- ``module, idle off``: the same with ``cache_lifetime`` 0 (no idle-aware compaction), on
+  the same timestamped requests and bill. ``MODULE_RUNS`` (and ``--run``) add module runs
+  with extra configuration keys; a key the installed module rejects is reported as that
+  run's row ("rejected"), not raised. The trimmer is replayed on the first module run's
+  requests (every run has the same ones); ``*`` marks it when it beats any module run of
+  its case (the targets say which).
 - ``trim 92/50``: a trimmer, not the module: ``cli.trimmed_views`` with trigger 0.92 x B
   and target 0.50 x B (the module's threshold and target, on the whole of B), deciding
   with the module's estimator (``estimate_message``) as the module does. It keeps the
@@ -120,9 +127,12 @@ TRIMMER: Final = "trim 92/50"
 PRICES: Final = Prices(fresh=1.25, cache_read=0.1, cache_write=1.25)
 """The bill of ``economics.py``, with the 5-minute cache (``Prices``'s default lifetime)."""
 UNEXPIRING: Final = dataclasses.replace(PRICES, lifetime=NO_EXPIRY)
-MODULE_RUNS: Final[tuple[tuple[str, dict[str, Any]], ...]] = (("module", {}),)
-"""(run name, extra configuration keys) of every module run; ``("module, idle-aware",
-{"idle_compaction": True})`` adds that row once the module has the key."""
+MODULE_RUNS: Final[tuple[tuple[str, dict[str, Any]], ...]] = (
+    ("module", {}),
+    ("module, idle off", {"cache_lifetime": 0}),
+)
+"""(run name, extra configuration keys) of every module run: the default module (its
+idle-aware rule on, the clock being the session's times) and the same without the rule."""
 RESUME_REPEATS: Final = 5
 LEGEND: Final = "- Long sessions (benchmarks/long.py):\n" + textwrap.indent(
     (__doc__ or "").split("LEGEND\n------\n", 1)[-1].strip(), "  "

@@ -25,6 +25,7 @@ from amplifier_module_context_simple.cli import (
     CacheUse,
     Prices,
     Run,
+    Transcript,
     baseline_run,
     build_config,
     expired_requests,
@@ -387,3 +388,140 @@ def test_bad_cache_ttl_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFi
     transcript, _ = write_files(tmp_path)
     assert main(["replay", str(transcript), "--cache-ttl", "10m"]) == 2
     assert "--cache-ttl" in capsys.readouterr().err
+
+
+# -- the module's clock: its idle-aware rule sees the request times ------------------------------
+#
+# The history of tests/context/test_idle.py (a prompt and eight tool rounds: nine requests),
+# at a budget B whose idle trigger (compact_threshold x idle_compact_at of the policy
+# budget) the whole history just reaches while staying under the trigger: only the last
+# request, made once every message is in, can compact, and only after an idle gap.
+
+
+def idle_messages() -> list[dict[str, Any]]:
+    from tests.context.test_idle import history
+
+    return history()
+
+
+def idle_budget(**config: Any) -> int:
+    from tests.context.test_idle import budget_at, estimate, idle_fraction
+
+    settings = build_config(config, "--set")
+    estimated = anyio.run(estimate, idle_messages())
+    return budget_at(estimated, idle_fraction(settings), settings)
+
+
+def idle_times(gap: float) -> list[float]:
+    """Nine requests 10 s apart, the last ``gap`` seconds after the one before."""
+    times = [10.0 * i for i in range(8)]
+    return [*times, times[-1] + gap]
+
+
+def idle_replay(times: list[float] | None, **config: Any) -> Run:
+    messages = idle_messages()
+    transcript = Transcript(
+        Path("idle.jsonl"), "line", [(n, m) for n, m in enumerate(messages, start=1)], []
+    )
+    budget = idle_budget()
+    overrides = {"max_tokens": budget, "max_tokens_fallback": budget, **config}
+
+    async def replayed() -> Run:
+        return await replay(
+            transcript,
+            build_config(overrides, "--set"),
+            None,
+            name="A",
+            overrides=overrides,
+            times=times,
+        )
+
+    return anyio.run(replayed)
+
+
+def compacted(run: Run) -> list[int]:
+    """The numbers of the requests that compacted."""
+    return [r.number for r in run.records if r.compaction is not None]
+
+
+def test_replay_module_compacts_after_a_gap_over_the_lifetime() -> None:
+    assert compacted(idle_replay(idle_times(301.0))) == [9]
+
+
+def test_replay_module_does_not_compact_without_the_gap() -> None:
+    assert compacted(idle_replay(idle_times(10.0))) == []
+
+
+def test_replay_module_does_not_compact_after_a_gap_with_a_zero_cache_lifetime() -> None:
+    assert compacted(idle_replay(idle_times(301.0), cache_lifetime=0)) == []
+
+
+def test_replay_without_times_sees_no_gap() -> None:
+    """Without times the module's clock is constant: no request is ever idle, whatever
+    the wall time between the requests."""
+    assert compacted(idle_replay(None)) == []
+
+
+def write_idle_files(tmp_path: Path, gap: float) -> tuple[Path, Path]:
+    """The idle history as a transcript, line n at 10 n s after START but the last line,
+    ``gap`` s after the one before (the last request's time)."""
+    messages = idle_messages()
+    transcript = tmp_path / "idle.jsonl"
+    transcript.write_text("".join(json.dumps(m) + "\n" for m in messages), encoding="utf-8")
+    offsets = [10.0 * n for n in range(1, len(messages))]
+    offsets.append(offsets[-1] + gap)
+    times = tmp_path / "idle.times.json"
+    stamps = [(START + datetime.timedelta(seconds=s)).isoformat() for s in offsets]
+    times.write_text(json.dumps(stamps), encoding="utf-8")
+    return transcript, times
+
+
+def cli_compacted(capsys: pytest.CaptureFixture[str], tmp_path: Path, *argv: str) -> list[int]:
+    """The requests that compacted in a CLI replay of the idle history, with a gap of
+    1,000 s (over 5 minutes, under an hour) before the last request."""
+    transcript, times = write_idle_files(tmp_path, 1000.0)
+    budget = idle_budget()
+    got = report(
+        capsys, str(transcript), "--times", str(times),
+        "--set", f"max_tokens={budget}", f"max_tokens_fallback={budget}", *argv,
+    )  # fmt: skip
+    return [r["request"] for r in got["runs"][0]["requests"] if r["compacted"]]
+
+
+def test_cli_module_lifetime_follows_the_five_minute_cache(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert cli_compacted(capsys, tmp_path, "--cache-ttl", "5m") == [9]
+
+
+def test_cli_module_lifetime_follows_the_one_hour_cache(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert cli_compacted(capsys, tmp_path, "--cache-ttl", "1h") == []
+
+
+def test_cli_cache_ttl_none_turns_the_module_rule_off(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert cli_compacted(capsys, tmp_path, "--cache-ttl", "none") == []
+
+
+def test_cli_explicit_cache_lifetime_wins_over_the_cache_ttl(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ("--cache-ttl", "1h", "--set", "cache_lifetime=300")
+    assert cli_compacted(capsys, tmp_path, *argv) == [9]
+
+
+def test_cli_compare_can_set_its_own_cache_lifetime(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    transcript, times = write_idle_files(tmp_path, 1000.0)
+    budget = idle_budget()
+    got = report(
+        capsys, str(transcript), "--times", str(times),
+        "--set", f"max_tokens={budget}", f"max_tokens_fallback={budget}",
+        "--compare", "cache_lifetime=0",
+    )  # fmt: skip
+    compactions = [[r["request"] for r in run["requests"] if r["compacted"]] for run in got["runs"]]
+    assert compactions == [[9], []]

@@ -72,8 +72,8 @@ def test_resume_rows_give_every_budget(result: long.Result) -> None:
 
 
 def test_runs_from_the_command_line() -> None:
-    runs = long._parse_runs(["--run", "module, idle-aware", "idle_compaction=true", "x=2"])
-    assert runs == [*long.MODULE_RUNS, ("module, idle-aware", {"idle_compaction": True, "x": 2})]
+    runs = long._parse_runs(["--run", "module, idle 0.7", "idle_compact_at=0.7", "x=true"])
+    assert runs == [*long.MODULE_RUNS, ("module, idle 0.7", {"idle_compact_at": 0.7, "x": True})]
     assert long._parse_runs([]) == list(long.MODULE_RUNS)
     with pytest.raises(SystemExit):
         long._parse_runs(["--run", "bad", "novalue"])

@@ -57,6 +57,12 @@ class CacheLifetime:
         """Whether a request ``gap`` seconds after the previous one finds the cache cold."""
         return self.seconds is not None and gap > self.seconds
 
+    @property
+    def module_seconds(self) -> float:
+        """The module's ``cache_lifetime`` for this lifetime: its seconds, or 0 (the
+        idle-aware rule off) for a cache that never expires."""
+        return 0.0 if self.seconds is None else self.seconds
+
 
 FIVE_MINUTES: Final = CacheLifetime("5m", 300.0)
 """Anthropic's default ephemeral cache (writes at 1.25 x the base input price)."""

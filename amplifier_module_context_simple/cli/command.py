@@ -5,6 +5,7 @@ plots and print the report; every failure is a ``CliError`` with its exit code."
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import sys
@@ -16,7 +17,7 @@ import anyio
 from ..context.config import ContextConfig
 from .arguments import build_config, build_parser
 from .baselines import replay_equal_context, replay_hysteresis, replay_sliding_window
-from .bill import CACHE_LIFETIMES, Prices
+from .bill import CACHE_LIFETIMES, FIVE_MINUTES, CacheLifetime, Prices
 from .exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, PROG, CliError
 from .plot import use_agg_backend, write_cost_plot, write_plot
 from .replaying import WindowProvider, replay, request_times, tallied_warnings
@@ -56,7 +57,7 @@ def run_replay(args: argparse.Namespace) -> int:
         args.price_cache_write_1h,
         CACHE_LIFETIMES[args.cache_ttl],
     )
-    configs = _configurations(args)
+    configs = _configurations(args, prices.lifetime)
     transcript = _read_transcript(args.transcript)
     times = None if args.times is None else _request_times(args.times, transcript)
     with tallied_warnings() as warnings:
@@ -85,18 +86,32 @@ def _provider(args: argparse.Namespace) -> WindowProvider | None:
     return WindowProvider(args.window, args.max_output)
 
 
-def _configurations(args: argparse.Namespace) -> list[Configuration]:
-    """A (the ``--set`` overrides) and, with ``--compare``, B (A plus those).
+def _configurations(
+    args: argparse.Namespace, lifetime: CacheLifetime = FIVE_MINUTES
+) -> list[Configuration]:
+    """A (the ``--set`` overrides) and, with ``--compare``, B (A plus those). The module's
+    ``cache_lifetime`` is the bill's ``lifetime`` (``--cache-ttl``; ``none`` is 0, the
+    idle-aware rule off) unless the overrides set it.
 
     Raises:
         CliError: (exit 2) an unknown key or an invalid value.
     """
     base = dict(args.overrides)
-    configs = [("A", base, build_config(base, "--set"))]
+    configs = [("A", base, _with_lifetime(build_config(base, "--set"), base, lifetime))]
     if args.compare:
         other = base | dict(args.compare)
-        configs.append(("B", other, build_config(other, "--compare")))
+        config = build_config(other, "--compare")
+        configs.append(("B", other, _with_lifetime(config, other, lifetime)))
     return configs
+
+
+def _with_lifetime(
+    config: ContextConfig, overrides: dict[str, Any], lifetime: CacheLifetime
+) -> ContextConfig:
+    """``config`` with the bill's cache lifetime, unless ``overrides`` set the key."""
+    if "cache_lifetime" in overrides:
+        return config
+    return dataclasses.replace(config, cache_lifetime=lifetime.module_seconds)
 
 
 def _read_transcript(path: Path) -> Transcript:

@@ -136,7 +136,12 @@ async def replay(
     records' tokens (views and history); the module's own decisions use its estimator.
     ``times`` (``request_times``: one per request, in seconds) lets the cache expire
     after ``prices.lifetime``: a request made longer than that after the previous one
-    finds it cold (``expired_requests``); without them nothing expires. ``on_request``
+    finds it cold (``expired_requests``); without them nothing expires. The manager's
+    clock (``clock=``) is the time of the request being made, so its idle-aware rule
+    (``cache_lifetime``, ``idle_compact_at``) sees the transcript's gaps; without
+    ``times`` the clock is constant and the module sees no gap. ``config.cache_lifetime``
+    is taken as given (the CLI makes it ``--cache-ttl``'s: ``CacheLifetime.module_seconds``,
+    unless ``--set`` gives it). ``on_request``
     is called after each request with what it returned and how long the call took.
 
     Raises:
@@ -147,8 +152,16 @@ async def replay(
         raise ValueError(f"{len(times)} request times for {requests} requests")
     cold = expired_requests(times, prices.lifetime)
     log = EventLog()
-    manager = SimpleContextManager(**dataclasses.asdict(config), hooks=log)
     records: list[RequestRecord] = []
+
+    def clock() -> float:
+        """The module's clock: the time of the request being made (the manager reads it
+        when it plans one), or a constant without ``times`` (no idle gap, ever)."""
+        if times is None:
+            return 0.0
+        return times[min(len(records), len(times) - 1)]
+
+    manager = SimpleContextManager(**dataclasses.asdict(config), hooks=log, clock=clock)
     admitted = history_tokens = 0
     previous: list[tuple[str, int]] | None = None
 

@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import math
 import sys
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -143,7 +143,7 @@ def test_defaults_on_the_config_object() -> None:
         "preserved_thinking": "auto",
         "estimate_margin": 0.06,
         "cache_lifetime": 300.0,
-        "idle_compact_at": 0.85,
+        "idle_compact_at": 0.8,
     }
     assert SimpleContextManager().config == ContextConfig()
 
@@ -191,8 +191,9 @@ def test_known_verbosities_are_accepted(verbosity: str) -> None:
 def test_invalid_value_in_constructor_names_key_and_value(case: tuple[str, object]) -> None:
     """The constructor raises ValueError naming the key and the offending value."""
     key, value = case
+    keywords: dict[str, Any] = {key: value}
     with pytest.raises(ValueError) as error:
-        SimpleContextManager(**{key: cast(Any, value)})
+        SimpleContextManager(**keywords)
     assert_names(error, key, value)
 
 
