@@ -112,10 +112,14 @@ async def test_real_conversations_add_one_tracked_object_and_six_references_a_me
     under six references a message (the messages' own: 1.66 objects, 5.10 references).
     Before the columns: 1.01 objects, 12.95 references. Their assistant turns carry
     thinking blocks: each one a compaction shows without its thinking holds its own form
-    (a message dict and a content list), 1.02 to 1.03 objects a message in all."""
+    (a message dict and a content list), 1.02 to 1.03 objects a message in all, alone;
+    under pytest-xdist's worker about 0.01 more. The bound is 1.05: the store's constant
+    objects count here too (the count correction and the cache's clock added four, 0.004 a
+    message at this size), and a bound that a constant can break does not measure a
+    per-message cost."""
     text = json.dumps([message for conv in conversations() for message in conv.messages])
     objects, references = await _added_per_message(text, one_by_one=True)
-    assert objects <= 1.04, objects
+    assert objects <= 1.05, objects
     assert references < 6.0, references
 
 
