@@ -154,7 +154,7 @@ class ContextStore:
             raise TypeError(f"clock must be a callable returning seconds, got {clock!r}")
         self.hooks = hooks
         self._clock = clock
-        self._cache = CacheLife(self._config.cache_lifetime)
+        self._cache = CacheLife()
         """When the latest view was returned, for the idle-aware trigger."""
         self._counts = Reconciler(self._config.estimate_margin)
         """The count correction: our estimate against the provider's usage reports."""
@@ -583,7 +583,6 @@ class ContextStore:
         """
         config = self._config
         now = self._now()
-        self._cache.lifetime = config.cache_lifetime
         return RequestPlan.taken(
             args,
             config=config,
@@ -598,7 +597,7 @@ class ContextStore:
             returned=self._returned,
             prior=self._prior_thinking,
             counts=self._counts,
-            idle=self._cache.expired(now),
+            idle=self._cache.expired(now, config.cache_lifetime),
             now=now,
         )
 

@@ -119,13 +119,13 @@ def test_a_default_margin_out_of_range_is_refused(margin: float) -> None:
 
 
 def test_the_cache_expires_only_after_its_lifetime() -> None:
-    life = CacheLife(300.0)
-    assert not life.expired(1000.0)  # nothing cached yet
+    life = CacheLife()
+    assert not life.expired(1000.0, 300.0)  # nothing cached yet
     life.returned(1000.0)
-    assert not life.expired(1300.0)
-    assert life.expired(1300.5)
+    assert not life.expired(1300.0, 300.0)
+    assert life.expired(1300.5, 300.0)
     life.returned(1300.5)
-    assert not life.expired(1500.0)
-    assert not CacheLife(0.0, last=0.0).expired(10_000.0)
+    assert not life.expired(1500.0, 300.0)
+    assert not CacheLife(last=0.0).expired(10_000.0, 0.0)
     life.reset()
-    assert not life.expired(10_000.0)
+    assert not life.expired(10_000.0, 300.0)

@@ -27,17 +27,17 @@ Clock = Callable[[], float]
 class CacheLife:
     """When the last view was returned, and whether the cache outlived the gap since."""
 
-    lifetime: float
-    """Seconds a cached prefix lives after its last use; 0 disables the rule."""
     last: float | None = None
     """The clock's time when the latest view was returned (None: no view yet)."""
 
-    def expired(self, now: float) -> bool:
-        """Whether a request made at ``now`` finds the previous view's cache gone. Never
-        for the first request (nothing was cached by this session) or with no lifetime."""
-        if self.lifetime <= 0 or self.last is None or not math.isfinite(now):
+    def expired(self, now: float, lifetime: float) -> bool:
+        """Whether a request made at ``now`` finds the previous view's cache gone, for a
+        cache living ``lifetime`` seconds after its last use (the ``cache_lifetime`` key;
+        0 disables the rule). Never for the first request (nothing was cached by this
+        session)."""
+        if lifetime <= 0 or self.last is None or not math.isfinite(now):
             return False
-        return now - self.last > self.lifetime
+        return now - self.last > lifetime
 
     def returned(self, now: float) -> None:
         """A view was returned (and sent) at ``now``: the cache is fresh from here."""

@@ -81,17 +81,9 @@ class Limits:
     target: int
     """What a compaction climbs down to, in estimate units: ``target_usage`` x B; for hard
     fit, all of B (``correction.estimated``: no margin)."""
-    nominal_target: int = 0
+    nominal_target: int
     """``target`` before the count correction: what a floor mark is compared on, so that a
     change of scale alone does not run the ladder again (``Compactor.floor_holds``)."""
-    estimated_budget: int = 0
-    """The whole budget in estimate units (``correction.estimated``): the best guess of
-    the largest estimate the provider accepts. Errors about required content compare
-    with it."""
-    ceiling: int = 0
-    """The whole budget in estimate units, less the margin (``correction.ceiling``): what
-    the rules that let a view come close to the budget (a floor holding, a floor over the
-    budget) keep a view under."""
     correction: CountCorrection = field(default_factory=CountCorrection)
     """The count correction the request applies (reported in the meter stats)."""
     idle_threshold: float | None = None
@@ -130,11 +122,23 @@ class Limits:
             trigger=policy_budget * threshold,
             target=target,
             nominal_target=policy_budget if hard_fit else nominal,
-            estimated_budget=correction.estimated(budget),
-            ceiling=correction.ceiling(budget),
             correction=correction,
             idle_threshold=threshold * config.idle_compact_at if idle else None,
         )
+
+    @property
+    def estimated_budget(self) -> int:
+        """The whole budget in estimate units (``correction.estimated``): the best guess of
+        the largest estimate the provider accepts. Errors about required content compare
+        with it."""
+        return self.correction.estimated(self.budget)
+
+    @property
+    def ceiling(self) -> int:
+        """The whole budget in estimate units, less the margin (``correction.ceiling``):
+        what the rules that let a view come close to the budget (a floor holding, a floor
+        over the budget) keep a view under."""
+        return self.correction.ceiling(self.budget)
 
     def reached(self, used: int, *, measured: bool = False) -> bool:
         """Whether ``used`` tokens reach the trigger on the ordinary path (the meter's reading
@@ -354,7 +358,8 @@ class RequestPlan:
                 if limit is not None and limit.window != window:
                     limit = None
         budget: int = provenance["effective_budget"]
-        key = (budget, window_of(args.provider), model_id(args.provider))
+        model = model_id(args.provider)
+        key = (budget, window_of(args.provider), model)
         correction = None
         if counts is not None and config.token_meter != TOKEN_METER_ACTUAL:
             correction = counts.correction(key, config.estimate_margin)
@@ -373,7 +378,7 @@ class RequestPlan:
             retained=bool(args.retain),
             hard_fit=args.hard_fit,
             limit=limit,
-            thinking=thinking_rule(config.preserved_thinking, args.provider),
+            thinking=thinking_rule(config.preserved_thinking, args.provider, model),
             unthought=unthought
             if late_from is None
             else with_range(unthought, late_from, len(history)),

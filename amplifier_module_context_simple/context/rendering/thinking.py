@@ -119,8 +119,9 @@ def model_rule(model: str) -> ThinkingRule | None:
     return ThinkingRule(preserved, preserved or version >= keeps_from, "model_id", model)
 
 
-def thinking_rule(setting: object, provider: Any) -> ThinkingRule:
+def thinking_rule(setting: object, provider: Any, model: str | None = None) -> ThinkingRule:
     """The rule for a request to ``provider`` under the ``preserved_thinking`` setting.
+    ``model``: the provider's ``model_id``, when the caller has read it already.
 
     A provider that raises, or reports junk, is read as reporting nothing.
     """
@@ -139,7 +140,8 @@ def thinking_rule(setting: object, provider: Any) -> ThinkingRule:
             return ThinkingRule(True, True, "provider_capabilities", _text(info, "id"))
     except Exception:  # a provider bug must not break the request; fall through
         logger.debug("context-simple: provider.get_model_info() failed", exc_info=True)
-    model = model_id(provider)
+    if model is None:
+        model = model_id(provider)
     if model is not None:
         rule = model_rule(model)
         if rule is not None:
